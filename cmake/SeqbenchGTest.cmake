@@ -1,0 +1,23 @@
+# GoogleTest: the system's package if present; otherwise built from the Debian-shipped source
+# (/usr/src/googletest, or the offline bundle's copy of it).
+find_package(GTest CONFIG QUIET)
+if(NOT TARGET GTest::gtest_main)
+  set(gtest_src "")
+  foreach(candidate "/usr/src/googletest" "${SEQBENCH_BUNDLE_DIR}/root/usr/src/googletest")
+    if(EXISTS "${candidate}/CMakeLists.txt")
+      set(gtest_src "${candidate}")
+      break()
+    endif()
+  endforeach()
+  if(NOT gtest_src)
+    message(FATAL_ERROR "GoogleTest not found: run tools/setup.sh (or tools/bundle.sh offline)")
+  endif()
+  message(STATUS "seqbench: building GoogleTest from ${gtest_src}")
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+  add_subdirectory("${gtest_src}" "${CMAKE_BINARY_DIR}/_deps/googletest" EXCLUDE_FROM_ALL)
+  if(NOT TARGET GTest::gtest_main)  # GoogleTest >= 1.11 defines these aliases itself
+    add_library(GTest::gtest ALIAS gtest)
+    add_library(GTest::gtest_main ALIAS gtest_main)
+  endif()
+endif()

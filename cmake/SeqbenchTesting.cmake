@@ -1,0 +1,20 @@
+# seqbench_add_test(<name> SOURCES <files...> LABEL cpu|gpu [LIBS <targets...>])
+#
+# One GoogleTest executable whose tests ctest discovers one by one, each carrying the label.
+# A gpu-labelled test must call SEQBENCH_REQUIRE_GPU() (tests/common/gpu_test.h) first, so that
+# on a machine without a device it is reported as skipped, with the reason, and not as passed.
+include(GoogleTest)
+
+function(seqbench_add_test name)
+  cmake_parse_arguments(ARG "" "LABEL" "SOURCES;LIBS" ${ARGN})
+  if(NOT ARG_LABEL MATCHES "^(cpu|gpu)$")
+    message(FATAL_ERROR "seqbench_add_test(${name}): LABEL must be cpu or gpu, got '${ARG_LABEL}'")
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} seqbench_test_common GTest::gtest_main)
+  seqbench_warnings(${name})
+  # PRE_TEST: discovery runs when ctest runs, so the build itself never executes test binaries.
+  gtest_discover_tests(${name}
+    DISCOVERY_MODE PRE_TEST
+    PROPERTIES LABELS ${ARG_LABEL} SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+endfunction()

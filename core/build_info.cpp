@@ -1,0 +1,12 @@
+#include "core/build_info.h"
+
+namespace seqbench {
+
+BuildInfo build_info() {
+  using namespace build_info_values;
+  return BuildInfo{
+      kVersion,    kGitSha, kGitDirty, kBuildType, kBuildFlags, kCudaArchitectures, kCudaCompilerVersion,
+      kCxxCompiler};
+}
+
+}  // namespace seqbench

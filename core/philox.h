@@ -1,0 +1,79 @@
+// Philox4x32-10, the counter-based generator of Salmon et al., "Parallel random numbers: as easy
+// as 1, 2, 3" (SC'11), written once for host and device.
+//
+// A draw is a pure function of (seed, offset, index), so a CPU test and a CUDA kernel that agree
+// on those three get the same bits, and a backward pass can regenerate a forward's dropout mask
+// instead of storing it. The stream convention, fixed for the whole project:
+//   key     = (seed low 32 bits, seed high 32 bits)
+//   counter = (index/4 low, index/4 high, offset low, offset high)
+//   draw #index = word (index % 4) of philox4x32_10(counter, key)
+// `offset` separates independent streams under one seed (one per layer and step, say).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"  // SEQBENCH_HD
+
+namespace seqbench {
+
+struct PhiloxWords {
+  std::uint32_t w[4];
+};
+
+namespace philox_detail {
+constexpr std::uint32_t kMul0 = 0xD2511F53u;
+constexpr std::uint32_t kMul1 = 0xCD9E8D57u;
+constexpr std::uint32_t kWeyl0 = 0x9E3779B9u;  // golden ratio
+constexpr std::uint32_t kWeyl1 = 0xBB67AE85u;  // sqrt(3) - 1
+
+SEQBENCH_HD inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::uint32_t& lo) {
+  const std::uint64_t product = static_cast<std::uint64_t>(a) * b;
+  hi = static_cast<std::uint32_t>(product >> 32);
+  lo = static_cast<std::uint32_t>(product);
+}
+}  // namespace philox_detail
+
+// Ten rounds of Philox4x32 on one counter under one key.
+SEQBENCH_HD inline PhiloxWords philox4x32_10(PhiloxWords counter, std::uint32_t key0, std::uint32_t key1) {
+  using namespace philox_detail;
+  for (int round = 0; round < 10; ++round) {
+    std::uint32_t hi0, lo0, hi1, lo1;
+    mulhilo(kMul0, counter.w[0], hi0, lo0);
+    mulhilo(kMul1, counter.w[2], hi1, lo1);
+    counter = PhiloxWords{{hi1 ^ counter.w[1] ^ key0, lo1, hi0 ^ counter.w[3] ^ key1, lo0}};
+    key0 += kWeyl0;
+    key1 += kWeyl1;
+  }
+  return counter;
+}
+
+// The four consecutive draws index = 4*group .. 4*group+3 of stream (seed, offset).
+SEQBENCH_HD inline PhiloxWords philox_group(std::uint64_t seed, std::uint64_t offset, std::uint64_t group) {
+  const PhiloxWords counter{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32),
+                             static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(offset >> 32)}};
+  return philox4x32_10(counter, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+}
+
+// Draw #index of stream (seed, offset) as 32 random bits.
+SEQBENCH_HD inline std::uint32_t philox_bits(std::uint64_t seed, std::uint64_t offset, std::uint64_t index) {
+  return philox_group(seed, offset, index >> 2).w[index & 3];
+}
+
+// Maps 32 random bits to a float uniform on [0, 1) with 24 bits of resolution (exact in float).
+SEQBENCH_HD inline float bits_to_unit_float(std::uint32_t bits) {
+  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+}
+
+// Draw #index of stream (seed, offset) as a float uniform on [0, 1).
+SEQBENCH_HD inline float philox_uniform(std::uint64_t seed, std::uint64_t offset, std::uint64_t index) {
+  return bits_to_unit_float(philox_bits(seed, offset, index));
+}
+
+// Dropout's keep decision, shared by the CPU reference and the kernels: keep when u >= p, so
+// that p = 0 keeps everything and p = 1 drops everything.
+SEQBENCH_HD inline bool philox_keep(std::uint64_t seed, std::uint64_t offset, std::uint64_t index,
+                                    float drop_prob) {
+  return philox_uniform(seed, offset, index) >= drop_prob;
+}
+
+}  // namespace seqbench

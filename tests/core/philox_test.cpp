@@ -1,0 +1,89 @@
+#include "core/philox.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace seqbench {
+namespace {
+
+void expect_words(PhiloxWords got, std::uint32_t a, std::uint32_t b, std::uint32_t c, std::uint32_t d) {
+  EXPECT_EQ(got.w[0], a);
+  EXPECT_EQ(got.w[1], b);
+  EXPECT_EQ(got.w[2], c);
+  EXPECT_EQ(got.w[3], d);
+}
+
+// The known-answer vectors published with Random123 (Salmon et al., SC'11), kat_vectors file.
+TEST(Philox, MatchesRandom123KnownAnswers) {
+  expect_words(philox4x32_10(PhiloxWords{{0, 0, 0, 0}}, 0, 0), 0x6627e8d5, 0xe169c58d, 0xbc57ac4c,
+               0x9b00dbd8);
+  expect_words(
+      philox4x32_10(PhiloxWords{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff),
+      0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd);
+  expect_words(
+      philox4x32_10(PhiloxWords{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0),
+      0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1);
+}
+
+TEST(Philox, StreamConventionPacksSeedOffsetAndIndex) {
+  const std::uint64_t seed = 0x299f31d0a4093822ull;
+  const std::uint64_t offset = 0x0370734413198a2eull;
+  // The index is 4*group + lane in 64 bits, so groups reach 2^62: keep the top two bits clear.
+  const std::uint64_t group = 0x05a308d3243f6a88ull;
+  const PhiloxWords expected =
+      philox4x32_10(PhiloxWords{{0x243f6a88, 0x05a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0);
+  for (int lane = 0; lane < 4; ++lane)
+    EXPECT_EQ(philox_bits(seed, offset, group * 4 + lane), expected.w[lane]) << "lane " << lane;
+}
+
+TEST(Philox, DifferentOffsetsAndSeedsGiveDifferentStreams) {
+  int same_offset = 0, same_seed = 0;
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    same_offset += philox_bits(7, 0, i) == philox_bits(7, 1, i);
+    same_seed += philox_bits(7, 0, i) == philox_bits(8, 0, i);
+  }
+  // A 32-bit collision has probability 2^-32 per draw: any match here means the streams alias.
+  EXPECT_EQ(same_offset, 0);
+  EXPECT_EQ(same_seed, 0);
+}
+
+TEST(Philox, UniformIsInUnitIntervalWithCorrectMoments) {
+  const int n = 1 << 20;
+  double sum = 0.0, sum_sq = 0.0;
+  float lo = 1.0f, hi = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float u = philox_uniform(42, 3, static_cast<std::uint64_t>(i));
+    lo = std::min(lo, u);
+    hi = std::max(hi, u);
+    sum += u;
+    sum_sq += static_cast<double>(u) * u;
+  }
+  EXPECT_GE(lo, 0.0f);
+  EXPECT_LT(hi, 1.0f);
+  const double mean = sum / n;
+  const double var = sum_sq / n - mean * mean;
+  // U(0,1): mean 1/2 with standard error sqrt(1/12/n) ~ 2.8e-4; allow 5 sigma.
+  EXPECT_NEAR(mean, 0.5, 5 * std::sqrt(1.0 / 12 / n));
+  EXPECT_NEAR(var, 1.0 / 12, 1e-3);
+}
+
+TEST(Philox, BitsToUnitFloatEndpoints) {
+  EXPECT_EQ(bits_to_unit_float(0u), 0.0f);
+  EXPECT_LT(bits_to_unit_float(0xffffffffu), 1.0f);
+  EXPECT_EQ(bits_to_unit_float(0xffffffffu), 1.0f - std::ldexp(1.0f, -24));
+}
+
+TEST(Philox, KeepRateWithinFourSigma) {
+  for (const float p : {0.0f, 0.1f, 0.5f, 0.9f, 1.0f}) {
+    const int n = 200000;
+    int kept = 0;
+    for (int i = 0; i < n; ++i) kept += philox_keep(123, 9, static_cast<std::uint64_t>(i), p);
+    const double expected = (1.0 - p) * n;
+    const double sigma = std::sqrt(n * p * (1.0 - p));
+    EXPECT_LE(std::abs(kept - expected), 4 * sigma + 1e-9) << "p=" << p;
+  }
+}
+
+}  // namespace
+}  // namespace seqbench
