@@ -1,0 +1,235 @@
+#include "suites/table.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <optional>
+
+#include "core/error.h"
+#include "suites/report.h"
+
+namespace seqbench {
+namespace {
+
+using nlohmann::json;
+
+// Numbers go through std::to_chars: unlike printf it ignores the C locale, so a German locale
+// cannot turn "1.50" into "1,50" (and break the CSV).
+std::string fixed(double x, int decimals) {
+  if (x == 0.0) x = 0.0;  // no "-0"
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::fixed, decimals);
+  // Values reaching here passed validation (finite, and a report's magnitudes fit easily), but a
+  // failure must still not print garbage.
+  if (result.ec != std::errc()) return std::to_string(x);
+  return std::string(buffer, result.ptr);
+}
+
+// Three significant figures without exponents: 0.0123, 1.23, 12.3, 123; larger values keep all
+// their integer digits (1235, not 1.24e+03).
+std::string significant3(double x) {
+  if (x == 0.0) return "0";
+  const int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(x))));
+  return fixed(x, std::clamp(2 - magnitude, 0, 12));
+}
+
+// Errors and tolerances span many decades: "3.10e-02".
+std::string scientific(double x) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::scientific, 2);
+  if (result.ec != std::errc()) return std::to_string(x);
+  return std::string(buffer, result.ptr);
+}
+
+// A nullable report number, formatted; nullopt for null.
+using Text = std::optional<std::string>;
+template <typename Format>
+Text number(const json& value, Format format) {
+  if (value.is_null()) return std::nullopt;
+  return format(value.get<double>());
+}
+
+std::string short_sha(const json& meta) {
+  const std::string sha = meta.at("git_sha").get<std::string>();
+  return (sha == "unknown" ? sha : sha.substr(0, 7)) + (meta.at("git_dirty").get<bool>() ? "-dirty" : "");
+}
+
+std::string device_name(const json& meta) {
+  const json& device = meta.at("device");
+  return device.is_null() ? "no GPU" : device.at("name").get<std::string>();
+}
+
+// "cols=1024, dtype=bf16, rows=4096": keys in the report's (sorted) order, strings bare, other
+// values as compact JSON.
+std::string compact_params(const json& params) {
+  std::string out;
+  for (const auto& [key, value] : params.items()) {
+    if (!out.empty()) out += ", ";
+    out += key + "=" +
+           (value.is_string() ? value.get<std::string>()
+                              : value.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  return out;
+}
+
+// One variant of one experiment, formatted once for both outputs.
+struct Row {
+  std::string experiment, params, variant;
+  std::string median, p20, p80;
+  Text gbps, pct_copy_bw, tflops;
+  std::string speedup;
+};
+
+Row make_row(const json& experiment, const json& variant) {
+  return Row{experiment.at("name").get<std::string>(),
+             compact_params(experiment.at("params")),
+             variant.at("name").get<std::string>(),
+             significant3(variant.at("median_ms").get<double>()),
+             significant3(variant.at("p20_ms").get<double>()),
+             significant3(variant.at("p80_ms").get<double>()),
+             number(variant.at("gbps"), [](double x) { return fixed(x, 0); }),
+             number(variant.at("pct_copy_bw"), [](double x) { return fixed(x, 1); }),
+             number(variant.at("tflops"), significant3),
+             fixed(variant.at("speedup").get<double>(), 2)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Markdown
+// ---------------------------------------------------------------------------------------------
+
+constexpr const char* kDash = "—";
+
+// A pipe would end the cell and a newline the row.
+std::string md(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string md(const Text& text) {
+  return text ? md(*text) : kDash;
+}
+
+void md_row(std::string& out, const std::vector<std::string>& cells) {
+  out += "|";
+  for (const auto& cell : cells) out += " " + cell + " |";
+  out += "\n";
+}
+
+void md_report(std::string& out, const json& report) {
+  const json& meta = report.at("meta");
+  out += "## " + md(report.at("suite").get<std::string>()) + " — " + md(device_name(meta)) + " — " +
+         md(short_sha(meta)) + " — " + md(meta.at("timestamp").get<std::string>()) + "\n\n";
+
+  if (const auto skipped = report.find("skipped"); skipped != report.end() && !skipped->empty()) {
+    out += "Skipped:\n";
+    for (const json& s : *skipped)
+      out +=
+          "- " + md(s.at("suite").get<std::string>()) + ": " + md(s.at("reason").get<std::string>()) + "\n";
+    out += "\n";
+  }
+
+  const json& experiments = report.at("experiments");
+  if (experiments.empty()) out += "No experiments.\n\n";
+  for (const json& experiment : experiments) {
+    md_row(out, {"experiment", "params", "variant", "median ms", "p20–p80 ms", "GB/s", "% copy BW", "TFLOP/s",
+                 "speedup"});
+    out += "|---|---|---|---:|---:|---:|---:|---:|---:|\n";
+    for (const json& variant : experiment.at("variants")) {
+      const Row r = make_row(experiment, variant);
+      md_row(out, {md(r.experiment), md(r.params), md(r.variant), r.median, r.p20 + "–" + r.p80, md(r.gbps),
+                   md(r.pct_copy_bw), md(r.tflops), r.speedup + "×"});
+    }
+    out += "\n";
+  }
+
+  const json& checks = report.at("checks");
+  const auto failed =
+      std::count_if(checks.begin(), checks.end(), [](const json& c) { return !c.at("passed").get<bool>(); });
+  if (checks.empty()) {
+    out += "Checks: none.\n\n";
+    return;
+  }
+  out += "Checks: " + std::to_string(checks.size() - failed) + " passed, " + std::to_string(failed) +
+         " failed.\n\n";
+  if (failed == 0) return;
+  md_row(out, {"failed check", "max abs err", "max rel err", "tolerance", "detail"});
+  out += "|---|---:|---:|---:|---|\n";
+  for (const json& c : checks) {
+    if (c.at("passed").get<bool>()) continue;
+    md_row(out, {md(c.at("name").get<std::string>()), md(number(c.at("max_abs_err"), scientific)),
+                 md(number(c.at("max_rel_err"), scientific)), md(number(c.at("tolerance"), scientific)),
+                 md(c.value("detail", std::string()))});
+  }
+  out += "\n";
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV (RFC 4180)
+// ---------------------------------------------------------------------------------------------
+
+std::string csv(const std::string& field) {
+  if (field.find_first_of(",\"\r\n") == std::string::npos) return std::string(field);
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';  // a quote inside a quoted field is doubled
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string csv(const Text& field) {
+  return field ? csv(*field) : std::string();
+}
+
+void csv_row(std::string& out, const std::vector<std::string>& fields) {
+  for (std::size_t i = 0; i < fields.size(); ++i) out += (i ? "," : "") + fields[i];
+  out += "\r\n";
+}
+
+void csv_report(std::string& out, const json& report) {
+  const std::string suite = csv(report.at("suite").get<std::string>());
+  const std::string device = csv(device_name(report.at("meta")));
+  for (const json& experiment : report.at("experiments")) {
+    for (const json& variant : experiment.at("variants")) {
+      const Row r = make_row(experiment, variant);
+      csv_row(out, {suite, device, csv(r.experiment), csv(r.params), csv(r.variant), r.median, r.p20, r.p80,
+                    csv(r.gbps), csv(r.pct_copy_bw), csv(r.tflops), r.speedup});
+    }
+  }
+}
+
+}  // namespace
+
+TableFormat parse_table_format(std::string_view name) {
+  if (name == "md" || name == "markdown") return TableFormat::markdown;
+  if (name == "csv") return TableFormat::csv;
+  SEQBENCH_FAIL("unknown table format '" << name << "' (accepted: md, markdown, csv)");
+}
+
+std::string render_tables(const std::vector<json>& reports, TableFormat format) {
+  // Validation first: the renderers then read members without checking each one.
+  for (std::size_t i = 0; i < reports.size(); ++i)
+    require_valid_report(reports[i], "report #" + std::to_string(i + 1) + " given to render_tables");
+
+  std::string out;
+  if (format == TableFormat::csv) {
+    csv_row(out, {"suite", "device", "experiment", "params", "variant", "median_ms", "p20_ms", "p80_ms",
+                  "gbps", "pct_copy_bw", "tflops", "speedup"});
+    for (const json& report : reports) csv_report(out, report);
+  } else {
+    for (const json& report : reports) md_report(out, report);
+    // Each report ends with a blank line that separates it from the next; the last needs none.
+    if (out.ends_with("\n\n")) out.pop_back();
+  }
+  return out;
+}
+
+}  // namespace seqbench
