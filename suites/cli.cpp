@@ -1,0 +1,294 @@
+#include "suites/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "core/build_info.h"
+#include "core/device_info.h"
+#include "core/error.h"
+#include "suites/experiment.h"
+#include "suites/meta.h"
+#include "suites/report.h"
+#include "suites/runner.h"
+#include "suites/table.h"
+
+namespace seqbench {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+std::filesystem::path default_reports_dir() {
+  return std::filesystem::path(SEQBENCH_SOURCE_DIR) / "reports";
+}
+
+int cmd_info(bool as_json, std::ostream& out) {
+  const DeviceProbe probe = probe_device(0);
+  if (as_json) {
+    out << nlohmann::json{{"seqbench_version", build_info().version},
+                          {"git_sha", build_info().git_sha},
+                          {"git_dirty", build_info().git_dirty},
+                          {"build", build_json()},
+                          {"device", device_json(probe, std::nullopt)},
+                          {"no_device_reason",
+                           probe.info ? nlohmann::json(nullptr) : nlohmann::json(probe.reason)}}
+               .dump(2)
+        << "\n";
+    return 0;
+  }
+  const BuildInfo b = build_info();
+  out << "seqbench " << b.version << " (" << b.git_sha.substr(0, 12) << (b.git_dirty ? ", dirty" : "")
+      << ")\n"
+      << "build: " << b.build_type << ", CUDA architectures " << b.cuda_architectures << ", nvcc "
+      << b.cuda_compiler_version << ", " << b.cxx_compiler << "\n"
+      << "cuBLAS " << cublas_version() << ", CUDA runtime (built) " << cuda_runtime_build_version() << "\n";
+  if (!probe.info) {
+    out << "device: none (" << probe.reason << ")\n";
+    return 0;
+  }
+  const DeviceInfo& d = *probe.info;
+  out << "device: " << d.name << ", sm_" << d.cc_major << d.cc_minor << ", " << d.sm_count << " SMs, L2 "
+      << (d.l2_bytes >> 20) << " MiB, memory " << (d.memory_bytes >> 20) << " MiB, SM clock max "
+      << d.sm_clock_max_mhz << " MHz, driver " << d.driver << ", runtime " << d.runtime << "\n";
+  return 0;
+}
+
+int cmd_list(bool as_json, bool quick, std::ostream& out) {
+  const auto suites = all_suites(SuiteOptions{quick});
+  nlohmann::json doc = {{"schema", "seqbench.list/1"}, {"quick", quick}, {"suites", nlohmann::json::array()}};
+  for (const SuiteSpec& s : suites) {
+    nlohmann::json suite = {{"name", s.name},
+                            {"description", s.description},
+                            {"needs_gpu", s.needs_gpu},
+                            {"has_cpu_checks", static_cast<bool>(s.cpu_checks)},
+                            {"has_gpu_checks", static_cast<bool>(s.gpu_checks)},
+                            {"experiments", nlohmann::json::array()}};
+    for (const ExperimentSpec& e : s.experiments) {
+      nlohmann::json variants = nlohmann::json::array();
+      for (const VariantSpec& v : e.variants)
+        variants.push_back({{"name", v.name}, {"bytes", v.bytes}, {"flops", v.flops}});
+      suite["experiments"].push_back(
+          {{"name", e.name}, {"params", e.params}, {"baseline", e.baseline}, {"variants", variants}});
+    }
+    doc["suites"].push_back(std::move(suite));
+  }
+  if (as_json) {
+    out << doc.dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& s : doc["suites"]) {
+    out << s["name"].get<std::string>() << (s["needs_gpu"].get<bool>() ? " [gpu]" : " [cpu]") << ": "
+        << s["description"].get<std::string>() << "\n";
+    for (const auto& e : s["experiments"]) {
+      out << "  " << e["name"].get<std::string>() << "  variants:";
+      for (const auto& v : e["variants"]) out << " " << v["name"].get<std::string>();
+      out << "  (baseline " << e["baseline"].get<std::string>() << ")\n";
+    }
+  }
+  return 0;
+}
+
+void print_checks(const std::vector<CheckResult>& checks, std::ostream& out) {
+  for (const CheckResult& c : checks) {
+    out << (c.passed ? "PASS " : "FAIL ") << c.name << "  max_abs_err " << std::setprecision(3)
+        << c.max_abs_err << "  max_rel_err " << c.max_rel_err << "  tolerance " << c.tolerance;
+    if (!c.passed && !c.detail.empty()) out << "  (" << c.detail << ")";
+    out << "\n";
+  }
+}
+
+nlohmann::json checks_report(const std::string& suite, std::uint64_t seed,
+                             const std::vector<CheckResult>& checks,
+                             const std::vector<SkippedSuite>& skipped) {
+  nlohmann::json report = {{"schema", kReportSchema},
+                           {"suite", suite},
+                           {"meta", collect_meta(seed, probe_device(0), std::nullopt)},
+                           {"experiments", nlohmann::json::array()},
+                           {"checks", nlohmann::json::array()},
+                           {"skipped", nlohmann::json::array()}};
+  for (const CheckResult& c : checks) report["checks"].push_back(check_to_json(c));
+  for (const SkippedSuite& s : skipped)
+    report["skipped"].push_back({{"suite", s.suite}, {"reason", s.reason}});
+  return report;
+}
+
+int cmd_check(const CheckOptions& options, const std::string& out_file, std::ostream& out) {
+  std::vector<SkippedSuite> skipped;
+  const auto checks = run_checks(options, out, &skipped);
+  print_checks(checks, out);
+  const auto failed =
+      std::count_if(checks.begin(), checks.end(), [](const CheckResult& c) { return !c.passed; });
+  out << checks.size() - static_cast<std::size_t>(failed) << " passed, " << failed << " failed\n";
+  if (!out_file.empty()) {
+    write_json_atomic(out_file, checks_report("check", options.seed, checks, skipped));
+    out << "wrote " << out_file << "\n";
+  }
+  return failed == 0 && !checks.empty() ? 0 : kExitFailure;
+}
+
+// Every report committed under `dir`, sorted by path; an invalid one is an error, not skipped.
+std::vector<nlohmann::json> committed_reports(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> paths;
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+      const auto& p = entry.path();
+      if (entry.is_regular_file() && p.extension() == ".json" && p.parent_path().filename() != "examples")
+        paths.push_back(p);
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<nlohmann::json> reports;
+  for (const auto& p : paths) reports.push_back(read_report(p));
+  return reports;
+}
+
+int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::ostream& out) {
+  const DeviceProbe probe = probe_device(0);
+  if (options.out_dir.empty()) options.out_dir = std::filesystem::path("seqbench-out") / device_slug(probe);
+  const RunResult result = run_suites(options, out);
+
+  std::vector<nlohmann::json> written;
+  for (const auto& p : result.reports) written.push_back(read_report(p));
+  if (!written.empty()) {
+    const auto tables = options.out_dir / "tables.md";
+    write_file_atomic(tables, render_tables(written, TableFormat::markdown));
+    out << "tables of this run: " << tables.string() << "\n";
+  }
+  if (!probe.info) {
+    // Without a GPU the measured numbers can only come from committed reports: regenerate them.
+    const auto committed = committed_reports(reports_dir);
+    if (committed.empty()) {
+      out << "no committed GPU reports under " << reports_dir.string() << " to regenerate tables from\n";
+    } else {
+      const auto tables = options.out_dir / "committed-tables.md";
+      write_file_atomic(tables, render_tables(committed, TableFormat::markdown));
+      out << "tables regenerated from " << committed.size() << " committed report(s) under "
+          << reports_dir.string() << ": " << tables.string() << "\n";
+    }
+  }
+  for (const SkippedSuite& s : result.skipped) out << "skipped: " << s.suite << " (" << s.reason << ")\n";
+  out << "reports: " << result.reports.size() << " written to " << options.out_dir.string()
+      << "; checks: " << result.checks - result.failed_checks << " passed, " << result.failed_checks
+      << " failed\n";
+  return result.failed_checks == 0 ? 0 : kExitFailure;
+}
+
+int cmd_table(const std::vector<std::string>& inputs, const std::string& format, const std::string& output,
+              std::ostream& out) {
+  const TableFormat fmt = parse_table_format(format);
+  std::vector<nlohmann::json> reports;
+  for (const auto& path : inputs) reports.push_back(read_report(path));
+  const std::string text = render_tables(reports, fmt);
+  if (output.empty()) {
+    out << text;
+  } else {
+    write_file_atomic(output, text);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"seqbench: fast Transformer training and generation kernels on NVIDIA GPUs, measured",
+               "seqbench"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", build_info().version);
+
+  bool json = false;
+  auto* info = app.add_subcommand("info", "the build and the device");
+  info->add_flag("--json", json, "machine-readable output");
+
+  bool quick = false;
+  auto* list = app.add_subcommand("list", "the suites and their experiments");
+  list->add_flag("--json", json, "machine-readable output (for suites/pytorch and other tools)");
+  list->add_flag("--quick", quick, "the --quick shapes");
+
+  CheckOptions check_options;
+  std::string check_out;
+  auto* check =
+      app.add_subcommand("check", "correctness: references' gradient checks; GPU kernels against them");
+  check->add_option("--suite", check_options.suites, "only these suites (repeatable)");
+  check->add_option("--filter", check_options.filter, "ECMAScript regex over check names");
+  check->add_option("--seed", check_options.seed, "seed of every random draw");
+  check->add_option("--out", check_out, "also write the checks as a schema-v1 report to this file");
+
+  RunOptions run_options;
+  std::string run_out;
+  std::string reports_dir = default_reports_dir().string();
+  auto* run = app.add_subcommand("run", "run suites and write one schema-v1 report per suite");
+  run->add_option("--suite", run_options.suites, "only these suites (repeatable); default: all");
+  run->add_option("--filter", run_options.filter,
+                  "ECMAScript regex over suite/experiment/variant and check names");
+  run->add_option("--out", run_out, "output folder (default: seqbench-out/<device>)");
+  run->add_flag("--quick", run_options.quick, "smaller shapes and fewer samples");
+  run->add_option("--seed", run_options.seed, "seed of every random draw");
+  run->add_option("--repetitions", run_options.repetitions, "Google Benchmark repetitions per variant")
+      ->check(CLI::Range(1, 1000));
+  run->add_option("--reports-dir", reports_dir, "committed reports, for tables when no GPU is present");
+
+  std::vector<std::string> table_inputs;
+  std::string table_format = "md";
+  std::string table_output;
+  auto* table = app.add_subcommand("table", "paper-style speedup tables from reports");
+  table->add_option("reports", table_inputs, "report files")->required();
+  table->add_option("--format", table_format, "md or csv");
+  table->add_option("--output", table_output, "write to this file (atomically) instead of stdout");
+
+  // CLI11 would answer a misspelt command with "A subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      found = found || sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      err << "seqbench: error: unknown command '" << argv[1] << "': expected one of " << known
+          << " (see 'seqbench --help')\n";
+      return kExitUsage;
+    }
+  }
+  try {
+    std::vector<std::string> args;
+    for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);  // CLI11 wants them reversed
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e, out, err);  // prints the help of the subcommand that asked
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::CallForVersion&) {
+    out << build_info().version << "\n";
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    err << "seqbench: error: " << what << " (see 'seqbench --help')\n";
+    return kExitUsage;
+  }
+
+  try {
+    if (*info) return cmd_info(json, out);
+    if (*list) return cmd_list(json, quick, out);
+    if (*check) return cmd_check(check_options, check_out, out);
+    if (*run) {
+      run_options.out_dir = run_out;
+      return cmd_run(run_options, reports_dir, out);
+    }
+    if (*table) return cmd_table(table_inputs, table_format, table_output, out);
+  } catch (const Error& e) {
+    err << "seqbench: error: " << e.message() << "\n";
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    err << "seqbench: error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  return kExitUsage;
+}
+
+}  // namespace seqbench

@@ -1,0 +1,64 @@
+// What a suite is: named experiments, each a set of variants timed on the same inputs, plus the
+// correctness checks that belong to the suite. Suites only describe; runner.cpp times (through
+// GpuTimer), and report.cpp writes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/check_result.h"
+
+namespace seqbench {
+
+// One way of computing the experiment's result. `bytes` is the minimal traffic (each input read
+// once, each output written once) and `flops` the arithmetic; both feed GB/s and TFLOP/s.
+struct VariantSpec {
+  std::string name;
+  double bytes = 0;
+  double flops = 0;
+};
+
+using Work = std::function<void(cudaStream_t)>;
+
+// The result of preparing an experiment: inputs allocated and filled, one callable per variant
+// in the order of ExperimentSpec::variants. `state` owns the buffers the callables use.
+struct PreparedExperiment {
+  std::vector<Work> variants;
+  std::shared_ptr<void> state;
+};
+
+struct ExperimentSpec {
+  std::string name;                                  // unique within the suite: "copy/1GiB"
+  nlohmann::json params = nlohmann::json::object();  // the shape: {"bytes": 1073741824}
+  std::string baseline;                              // the variant every speedup is measured against
+  std::vector<VariantSpec> variants;
+  std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
+};
+
+struct SuiteSpec {
+  std::string name;
+  std::string description;
+  bool needs_gpu = true;
+  std::vector<ExperimentSpec> experiments;
+  // Correctness checks; `cpu_checks` run everywhere, `gpu_checks` only with a device.
+  std::function<std::vector<CheckResult>(std::uint64_t seed)> cpu_checks;
+  std::function<std::vector<CheckResult>(std::uint64_t seed)> gpu_checks;
+};
+
+struct SuiteOptions {
+  bool quick = false;  // smaller shapes, for smoke runs
+};
+
+// Every suite, in a fixed order (suites/suites.cpp). Describing a suite touches no GPU.
+std::vector<SuiteSpec> all_suites(const SuiteOptions& options);
+
+// Fails with the list of known names when `name` is not one of them.
+const SuiteSpec& find_suite(const std::vector<SuiteSpec>& suites, const std::string& name);
+
+}  // namespace seqbench

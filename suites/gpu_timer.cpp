@@ -1,0 +1,68 @@
+#include "suites/gpu_timer.h"
+
+#include <chrono>
+
+#include "core/nvtx.h"
+
+namespace seqbench {
+
+TimerPolicy TimerPolicy::quick() {
+  TimerPolicy policy;
+  policy.warmup_runs = 2;
+  policy.min_samples = 5;
+  policy.max_samples = 25;
+  policy.budget_seconds = 0.2;
+  return policy;
+}
+
+void TimerPolicy::validate() const {
+  SEQBENCH_REQUIRE(warmup_runs >= 0, "timer: warmup_runs " << warmup_runs << " < 0");
+  SEQBENCH_REQUIRE(min_samples >= 1, "timer: min_samples " << min_samples << " < 1");
+  SEQBENCH_REQUIRE(max_samples >= min_samples,
+                   "timer: max_samples " << max_samples << " < min_samples " << min_samples);
+  SEQBENCH_REQUIRE(budget_seconds > 0, "timer: budget_seconds " << budget_seconds << " <= 0");
+  SEQBENCH_REQUIRE(runs_per_sample >= 1, "timer: runs_per_sample " << runs_per_sample << " < 1");
+}
+
+namespace {
+std::size_t current_l2_bytes() {
+  int device = 0, l2 = 0;
+  SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
+  SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  return static_cast<std::size_t>(l2);
+}
+}  // namespace
+
+GpuTimer::GpuTimer(TimerPolicy policy) : policy_(policy) {
+  policy_.validate();
+  if (policy_.flush_l2) flush_buffer_ = DeviceBuffer<unsigned char>(current_l2_bytes());
+}
+
+void GpuTimer::flush_l2(std::uint32_t sample_index) {
+  // A different byte each time, so no layer of the memory system can treat it as a no-op.
+  if (policy_.flush_l2) flush_buffer_.fill_bytes(static_cast<unsigned char>(sample_index), stream());
+}
+
+std::vector<double> GpuTimer::sample_ms(const std::function<void(cudaStream_t)>& work) {
+  SEQBENCH_NVTX_RANGE("timer_sample");
+  for (int i = 0; i < policy_.warmup_runs; ++i) work(stream());
+  stream_.synchronize();
+
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(policy_.max_samples));
+  const auto begin = std::chrono::steady_clock::now();
+  for (int s = 0; s < policy_.max_samples; ++s) {
+    flush_l2(static_cast<std::uint32_t>(s));
+    start_.record(stream());
+    for (int r = 0; r < policy_.runs_per_sample; ++r) work(stream());
+    stop_.record(stream());
+    stop_.synchronize();
+    samples.push_back(static_cast<double>(stop_.elapsed_ms_since(start_)) / policy_.runs_per_sample);
+
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    if (static_cast<int>(samples.size()) >= policy_.min_samples && elapsed >= policy_.budget_seconds) break;
+  }
+  return samples;
+}
+
+}  // namespace seqbench

@@ -1,0 +1,197 @@
+// The `seqbench` command driven in-process: every bad input gets one line on stderr, a non-zero
+// exit and no partial file; `run` without a GPU writes a valid report and names what it skipped.
+#include "suites/cli.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "suites/report.h"
+#include "tests/common/gpu_test.h"
+
+namespace seqbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+CliResult cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "seqbench");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("seqbench-cli-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Asserts the shape every error must have: non-zero exit, exactly one line, the prefix, and
+  // `needle` somewhere in it.
+  static void expect_one_line_error(const CliResult& r, int code, const std::string& needle) {
+    EXPECT_EQ(r.code, code) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("seqbench: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "missing '" << needle << "' in: " << r.err;
+  }
+  std::size_t files_in(const fs::path& d) const {
+    std::size_t n = 0;
+    if (fs::exists(d))
+      for ([[maybe_unused]] const auto& e : fs::recursive_directory_iterator(d)) ++n;
+    return n;
+  }
+  void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, UnknownSuiteNamesTheValueAndTheKnownOnes) {
+  const auto r = cli({"run", "--suite", "nope", "--out", (dir_ / "out").string()});
+  expect_one_line_error(r, 1, "unknown suite 'nope'");
+  EXPECT_NE(r.err.find("reference"), std::string::npos);
+  EXPECT_EQ(files_in(dir_), 0u) << "an unknown suite must fail before anything is written";
+}
+
+TEST_F(CliTest, UnknownOptionIsAUsageError) {
+  expect_one_line_error(cli({"run", "--bogus"}), 2, "--bogus");
+  expect_one_line_error(cli({"frobnicate"}), 2, "frobnicate");
+  expect_one_line_error(cli({}), 2, "subcommand");
+  expect_one_line_error(cli({"run", "--repetitions", "0"}), 2, "repetitions");
+}
+
+TEST_F(CliTest, BadRegexIsRejectedBeforeRunning) {
+  const auto r = cli({"run", "--filter", "(", "--out", (dir_ / "out").string()});
+  expect_one_line_error(r, 1, "invalid --filter regex '('");
+  EXPECT_EQ(files_in(dir_), 0u);
+}
+
+TEST_F(CliTest, UnwritableOutputFolder) {
+  write(dir_ / "file", "x");
+  const auto r = cli({"run", "--suite", "reference", "--out", (dir_ / "file" / "out").string()});
+  expect_one_line_error(r, 1, "cannot create output folder");
+  EXPECT_EQ(files_in(dir_), 1u);
+}
+
+TEST_F(CliTest, UnwritableTableOutput) {
+  const auto out = dir_ / "out";
+  ASSERT_EQ(
+      cli({"run", "--suite", "reference", "--out", out.string(), "--reports-dir", (dir_ / "none").string()})
+          .code,
+      0);
+  write(dir_ / "file", "x");
+  const auto r =
+      cli({"table", (out / "reference.json").string(), "--output", (dir_ / "file" / "t.md").string()});
+  expect_one_line_error(r, 1, "t.md");
+  EXPECT_FALSE(fs::exists(dir_ / "file" / "t.md"));
+}
+
+TEST_F(CliTest, MissingReport) {
+  expect_one_line_error(cli({"table", (dir_ / "absent.json").string()}), 1, "not found");
+}
+
+TEST_F(CliTest, MalformedAndInvalidReportsLeaveNoOutput) {
+  write(dir_ / "bad.json", "{\"schema\": ");
+  const auto out = dir_ / "t.md";
+  expect_one_line_error(cli({"table", (dir_ / "bad.json").string(), "--output", out.string()}), 1,
+                        "bad.json");
+  write(dir_ / "other.json", R"({"schema": "seqbench.report/1", "suite": "x"})");
+  expect_one_line_error(cli({"table", (dir_ / "other.json").string(), "--output", out.string()}), 1, "meta");
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(CliTest, BadTableFormat) {
+  expect_one_line_error(cli({"table", "x.json", "--format", "xlsx"}), 1, "xlsx");
+}
+
+TEST_F(CliTest, RunReferenceWritesAValidReportAndTables) {
+  const auto out = dir_ / "out";
+  const auto r =
+      cli({"run", "--suite", "reference", "--out", out.string(), "--reports-dir", (dir_ / "none").string()});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto report = read_report(out / "reference.json");  // throws if invalid
+  EXPECT_EQ(report["suite"], "reference");
+  EXPECT_FALSE(report["checks"].empty());
+  for (const auto& c : report["checks"]) EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
+  EXPECT_TRUE(fs::exists(out / "tables.md"));
+  for (const auto& e : fs::directory_iterator(out))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "stray " << e.path();
+
+  const auto md = cli({"table", (out / "reference.json").string(), "--format", "md"});
+  EXPECT_EQ(md.code, 0) << md.err;
+  EXPECT_NE(md.out.find("## reference"), std::string::npos) << md.out;
+  const auto csv = cli({"table", (out / "reference.json").string(), "--format", "csv"});
+  EXPECT_EQ(csv.code, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("suite,device,experiment,", 0), 0u) << csv.out;
+}
+
+TEST_F(CliTest, RunWithoutGpuSaysWhatItSkipped) {
+  if (::seqbench::testing::gpu_absence_reason().empty())
+    GTEST_SKIP() << "a GPU is present: the skip message needs none";
+  const auto out = dir_ / "out";
+  const auto r = cli({"run", "--suite", "reference", "--suite", "device", "--out", out.string(),
+                      "--reports-dir", (dir_ / "none").string()});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("skipped suite 'device'"), std::string::npos) << r.out;
+  const auto report = read_report(out / "reference.json");
+  ASSERT_EQ(report["skipped"].size(), 1u);
+  EXPECT_EQ(report["skipped"][0]["suite"], "device");
+  EXPECT_TRUE(report["meta"]["device"].is_null());
+}
+
+TEST_F(CliTest, ListJsonDescribesEverySuite) {
+  const auto r = cli({"list", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  std::vector<std::string> names;
+  for (const auto& s : doc["suites"]) names.push_back(s["name"]);
+  EXPECT_NE(std::find(names.begin(), names.end(), "reference"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "device"), names.end());
+  for (const auto& s : doc["suites"])
+    for (const auto& e : s["experiments"]) {
+      EXPECT_TRUE(e["params"].is_object());
+      bool baseline_listed = false;
+      for (const auto& v : e["variants"]) baseline_listed = baseline_listed || v["name"] == e["baseline"];
+      EXPECT_TRUE(baseline_listed) << e.dump();
+    }
+}
+
+TEST_F(CliTest, InfoJsonAndHelp) {
+  const auto info = cli({"info", "--json"});
+  ASSERT_EQ(info.code, 0) << info.err;
+  const auto doc = nlohmann::json::parse(info.out);
+  EXPECT_TRUE(doc["device"].is_null() != doc["no_device_reason"].is_null());
+  const auto help = cli({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("run"), std::string::npos);
+  EXPECT_EQ(cli({"run", "--help"}).code, 0);
+}
+
+TEST_F(CliTest, CheckPassesAndWritesAReport) {
+  const auto out = dir_ / "check.json";
+  const auto r = cli({"check", "--suite", "reference", "--out", out.string()});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
+  EXPECT_EQ(read_report(out)["suite"], "check");
+}
+
+TEST_F(CliTest, CheckWithAFilterMatchingNothingFails) {
+  // Zero checks must not read as success.
+  const auto r = cli({"check", "--filter", "^no-such-check$"});
+  EXPECT_EQ(r.code, 1);
+}
+
+}  // namespace
+}  // namespace seqbench
