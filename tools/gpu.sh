@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One call on a GPU machine does everything pending (DESIGN.md, "The GPU build-test-bench script"):
+#   1. configure and build in Release for the machine (sm_90 unless CUDA_ARCH says otherwise),
+#      through the offline bundle (.bundle/, from tools/bundle.sh) where packages are missing;
+#   2. run every ctest test (the gpu label included), then compute-sanitizer memcheck and
+#      racecheck on the GPU test binaries where the tool and the machine support them;
+#   3. run the requested suites with --out reports/<device>/ and regenerate that folder's tables;
+#   4. print a short summary last.
+# Logs and a tarball of the new reports go to $OUT (or ./gpu-out) so they come back from a lease.
+#
+#   tools/gpu.sh [--quick] [suite ...]      default: every suite
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+quick=()
+suites=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=(--quick) ;;
+    *) suites+=(--suite "$arg") ;;
+  esac
+done
+export PATH="/usr/local/cuda/bin:$PATH"
+summary=()
+step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/nvidia-smi.txt" 2>&1
+
+build=build/gpu
+if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
+     -DSEQBENCH_PTXAS_VERBOSE=ON >"$out/configure.log" 2>&1 &&
+   cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1; then
+  step build ok
+else
+  step build FAILED; tail -n 40 "$out/configure.log" "$out/build.log"; printf '%s\n' "${summary[@]}"; exit 1
+fi
+grep -E "spill|Used [0-9]+ registers" "$out/build.log" | sort | uniq -c | sort -rn | head -n 40 >"$out/ptxas-summary.txt"
+
+ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1 && step ctest ok || step ctest FAILED
+step "ctest result" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n 1)"
+step "ctest skipped" "$(grep -c 'Skipped' "$out/ctest.log")"
+
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  san_status=ok
+  for bin in "$build"/tests/*/*gpu_test "$build"/tests/kernels/*_test; do
+    [ -x "$bin" ] || continue
+    for tool in memcheck racecheck; do
+      if ! compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" >>"$out/sanitizer.log" 2>&1; then
+        san_status="FAILED ($tool $(basename "$bin"))"
+      fi
+    done
+  done
+  step compute-sanitizer "$san_status"
+else
+  step compute-sanitizer "not installed"
+fi
+
+slug=$("$build"/suites/seqbench info --json | python3 -c 'import json,re,sys
+d=json.load(sys.stdin)["device"]
+print(re.sub(r"[^a-z0-9]+","-",d["name"].lower()).strip("-") if d else "cpu")')
+dir=reports/$slug
+if "$build"/suites/seqbench run "${quick[@]}" "${suites[@]}" --out "$dir" 2>&1 | tee "$out/run.log"; then
+  step "seqbench run" ok
+else
+  step "seqbench run" FAILED
+fi
+if ls "$dir"/*.json >/dev/null 2>&1; then
+  "$build"/suites/seqbench table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
+  tar -cf "$out/reports.tar" "$dir"
+fi
+"$build"/suites/seqbench info >"$out/info.txt" 2>&1
+
+echo
+echo "== summary =="
+cat "$out/info.txt"
+printf '%s\n' "${summary[@]}"
