@@ -1,5 +1,6 @@
 #include "core/error.h"
 #include "suites/experiment.h"
+#include "suites/operators/operators.h"
 #include "suites/suite_device.h"
 #include "suites/suite_reference.h"
 
@@ -9,6 +10,7 @@ std::vector<SuiteSpec> all_suites(const SuiteOptions& options) {
   std::vector<SuiteSpec> suites;
   suites.push_back(reference_suite(options));
   suites.push_back(device_suite(options));
+  suites.push_back(operators_suite(options));
   return suites;
 }
 

@@ -1,0 +1,1 @@
+#include "kernels/bias_act_dropout.h"

@@ -1,0 +1,2 @@
+// bias_act_dropout kernels (to be filled in).
+#pragma once

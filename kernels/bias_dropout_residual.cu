@@ -1,0 +1,1 @@
+#include "kernels/bias_dropout_residual.h"

@@ -1,0 +1,2 @@
+// bias_dropout_residual kernels (to be filled in).
+#pragma once

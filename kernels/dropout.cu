@@ -1,0 +1,1 @@
+#include "kernels/dropout.h"

@@ -1,0 +1,2 @@
+// dropout kernels (to be filled in).
+#pragma once

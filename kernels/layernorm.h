@@ -1,0 +1,2 @@
+// layernorm kernels (to be filled in).
+#pragma once

@@ -1,0 +1,48 @@
+// Warp and block reductions in float, shared by the row-wise kernels (LayerNorm, softmax,
+// cross-entropy). Device-only: include from .cu files.
+//
+// block_reduce_* require every thread of the block to call them (they use __syncthreads) and a
+// block size that is a multiple of 32, at most 1024. The result is returned to every thread.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace seqbench::kernels {
+
+__device__ __forceinline__ float warp_reduce_sum(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ float warp_reduce_max(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+namespace reduce_detail {
+template <class Op>
+__device__ __forceinline__ float block_reduce(float value, float identity, Op warp_op) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  value = warp_op(value);
+  __syncthreads();  // `partial` may still be read by a previous call
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x + 31) / 32;
+  value = lane < warps ? partial[lane] : identity;
+  return warp_op(value);
+}
+}  // namespace reduce_detail
+
+__device__ __forceinline__ float block_reduce_sum(float value) {
+  return reduce_detail::block_reduce(value, 0.0f, [](float v) { return warp_reduce_sum(v); });
+}
+
+__device__ __forceinline__ float block_reduce_max(float value) {
+  return reduce_detail::block_reduce(value, -INFINITY, [](float v) { return warp_reduce_max(v); });
+}
+
+}  // namespace seqbench::kernels

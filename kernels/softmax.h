@@ -1,0 +1,2 @@
+// softmax kernels (to be filled in).
+#pragma once

@@ -1,0 +1,28 @@
+#include "suites/operators/operators.h"
+
+namespace seqbench {
+
+SuiteSpec operators_suite(const SuiteOptions& options) {
+  SuiteSpec suite;
+  suite.name = "operators";
+  suite.description = "fused operator kernels against unfused baselines (LightSeq2 Fig. 16, 17)";
+  suite.needs_gpu = true;
+  operators::add_layernorm_experiments(suite, options);
+  operators::add_softmax_experiments(suite, options);
+  operators::add_dropout_experiments(suite, options);
+  operators::add_bias_act_dropout_experiments(suite, options);
+  operators::add_bias_dropout_residual_experiments(suite, options);
+  suite.gpu_checks = [](std::uint64_t seed) {
+    std::vector<CheckResult> all;
+    for (auto* family :
+         {operators::layernorm_gpu_checks, operators::softmax_gpu_checks, operators::dropout_gpu_checks,
+          operators::bias_act_dropout_gpu_checks, operators::bias_dropout_residual_gpu_checks}) {
+      auto checks = family(seed);
+      all.insert(all.end(), checks.begin(), checks.end());
+    }
+    return all;
+  };
+  return suite;
+}
+
+}  // namespace seqbench

@@ -1,0 +1,2 @@
+// bias_act_dropout kernels against the reference (to be filled in).
+#include <gtest/gtest.h>

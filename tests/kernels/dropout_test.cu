@@ -1,0 +1,2 @@
+// dropout kernels against the reference (to be filled in).
+#include <gtest/gtest.h>

@@ -1,0 +1,2 @@
+// softmax kernels against the reference (to be filled in).
+#include <gtest/gtest.h>
