@@ -49,6 +49,8 @@ struct SuiteSpec {
   // Correctness checks; `cpu_checks` run everywhere, `gpu_checks` only with a device.
   std::function<std::vector<CheckResult>(std::uint64_t seed)> cpu_checks;
   std::function<std::vector<CheckResult>(std::uint64_t seed)> gpu_checks;
+  // Byte accounting that needs no timing (the report's optional "accounting" list), CPU only.
+  std::function<nlohmann::json()> accounting;
 };
 
 struct SuiteOptions {

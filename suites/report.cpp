@@ -558,6 +558,14 @@ std::vector<std::string> validate_report(const json& report) {
     v.string(skipped, path, "suite");
     v.string(skipped, path, "reason");
   });
+  // Byte counts that are not timings (the memory suite's Fig. 8 accounting).
+  v.objects(report, "", "accounting", kOptional, [&](const json& entry, const std::string& path) {
+    v.string(entry, path, "name");
+    v.get(entry, path, "params", Kind::object);
+    v.integer(entry, path, "naive_bytes", Bound::non_negative);
+    v.integer(entry, path, "managed_bytes", Bound::non_negative);
+    v.number(entry, path, "ratio", Bound::non_negative);
+  });
   return v.problems;
 }
 

@@ -272,7 +272,8 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       SEQBENCH_REQUIRE(gpu, "suite '" << suite->name << "' has timed experiments but no GPU is present");
       experiments_json = time_experiments(*suite, experiments, *timer, copy_gbps, options.repetitions, log);
     }
-    if (experiments.empty() && checks.empty()) {
+    const nlohmann::json accounting = suite->accounting ? suite->accounting() : nlohmann::json();
+    if (experiments.empty() && checks.empty() && accounting.empty()) {
       log << "  nothing in suite '" << suite->name << "' matches the filter; no report\n";
       continue;
     }
@@ -284,6 +285,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
                              {"checks", nlohmann::json::array()},
                              {"skipped", nlohmann::json::array()}};
     for (const CheckResult& c : checks) report["checks"].push_back(check_to_json(c));
+    if (!accounting.empty()) report["accounting"] = accounting;
     for (const SkippedSuite& s : result.skipped)
       report["skipped"].push_back({{"suite", s.suite}, {"reason", s.reason}});
     require_valid_report(report, "internal: the report of suite '" + suite->name + "'");

@@ -2,6 +2,7 @@
 #include "suites/experiment.h"
 #include "suites/operators/operators.h"
 #include "suites/suite_device.h"
+#include "suites/suite_memory.h"
 #include "suites/suite_reference.h"
 
 namespace seqbench {
@@ -11,6 +12,7 @@ std::vector<SuiteSpec> all_suites(const SuiteOptions& options) {
   suites.push_back(reference_suite(options));
   suites.push_back(device_suite(options));
   suites.push_back(operators_suite(options));
+  suites.push_back(memory_suite(options));
   return suites;
 }
 

@@ -137,7 +137,7 @@ void md_report(std::string& out, const json& report) {
   }
 
   const json& experiments = report.at("experiments");
-  if (experiments.empty()) out += "No experiments.\n\n";
+  if (experiments.empty()) out += "No timed experiments.\n\n";
   for (const json& experiment : experiments) {
     md_row(out, {"experiment", "params", "variant", "median ms", "p20–p80 ms", "GB/s", "% copy BW", "TFLOP/s",
                  "speedup"});
@@ -147,6 +147,18 @@ void md_report(std::string& out, const json& report) {
       md_row(out, {md(r.experiment), md(r.params), md(r.variant), r.median, r.p20 + "–" + r.p80, md(r.gbps),
                    md(r.pct_copy_bw), md(r.tflops), r.speedup + "×"});
     }
+    out += "\n";
+  }
+
+  // The memory suite's byte accounting (LightSeq2 Fig. 8): naive sum against the planner's block.
+  if (const auto accounting = report.find("accounting"); accounting != report.end() && !accounting->empty()) {
+    md_row(out, {"accounting", "params", "naive MiB", "managed MiB", "managed / naive"});
+    out += "|---|---|---:|---:|---:|\n";
+    const auto mib = [](const json& bytes) { return fixed(bytes.get<double>() / (1 << 20), 1); };
+    for (const json& entry : *accounting)
+      md_row(out, {md(entry.at("name").get<std::string>()), md(compact_params(entry.at("params"))),
+                   mib(entry.at("naive_bytes")), mib(entry.at("managed_bytes")),
+                   fixed(entry.at("ratio").get<double>(), 2)});
     out += "\n";
   }
 

@@ -592,3 +592,25 @@ TEST(ReadReport, SchemaViolationsListTheProblems) {
 
 }  // namespace
 }  // namespace seqbench
+
+namespace seqbench {
+namespace {
+
+// The optional "accounting" list (the memory suite's Fig. 8 numbers).
+TEST(ValidateReport, AccountingEntriesAreCheckedWhenPresent) {
+  json report = valid_report();
+  report["accounting"] = json::array({{{"name", "attention_backward"},
+                                       {"params", {{"preset", "transformer-big"}}},
+                                       {"naive_bytes", 419430400},
+                                       {"managed_bytes", 318767104},
+                                       {"ratio", 0.76}}});
+  EXPECT_EQ(validate_report(report), std::vector<std::string>{});
+  report["accounting"][0]["managed_bytes"] = -1;
+  report["accounting"][0].erase("params");
+  EXPECT_EQ(validate_report(report),
+            (std::vector<std::string>{"accounting[0].params: missing",
+                                      "accounting[0].managed_bytes: must be >= 0, got -1"}));
+}
+
+}  // namespace
+}  // namespace seqbench

@@ -125,7 +125,7 @@ TEST(RenderTables, ReportWithoutExperimentsOrChecks) {
   EXPECT_EQ(render_tables({r}, TableFormat::markdown),
             "## softmax — no GPU — unknown-dirty — 2026-11-22T11:00:00+01:00\n"
             "\n"
-            "No experiments.\n"
+            "No timed experiments.\n"
             "\n"
             "Checks: none.\n");
   EXPECT_EQ(

@@ -1,0 +1,244 @@
+// LayerConfig validation (every rule, each naming its fields), batch-shape limits, and the
+// presets' numbers against their published configurations.
+#include "layers/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace seqbench::layers {
+namespace {
+
+// Runs `fn`, expects a seqbench::Error whose message contains every needle.
+template <class Fn>
+void expect_error(Fn&& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected seqbench::Error containing \"" << needles.front() << "\"";
+  } catch (const Error& e) {
+    for (const std::string& needle : needles)
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "missing \"" << needle << "\" in " << e.what();
+  }
+}
+
+LayerConfig valid() {
+  LayerConfig c;
+  c.max_batch_tokens = 4096;
+  c.max_seq_len = 256;
+  c.hidden = 512;
+  c.ffn = 2048;
+  c.heads = 8;
+  c.attn_dropout = 0.1;
+  c.activation_dropout = 0.1;
+  c.hidden_dropout = 0.1;
+  return c;
+}
+
+TEST(LayerConfig, AValidConfigPasses) {
+  EXPECT_NO_THROW(valid().validate());
+  LayerConfig c = valid();
+  c.attn_dropout = 0.0;
+  c.activation_dropout = 0.0;
+  c.hidden_dropout = std::nextafter(1.0, 0.0);  // the largest ratio below 1
+  c.max_seq_len = c.max_batch_tokens;           // one full-length sentence fills a batch: allowed
+  EXPECT_NO_THROW(c.validate());
+  c.heads = c.hidden;  // head_dim 1
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.head_dim(), 1);
+  EXPECT_EQ(valid().head_dim(), 64);
+}
+
+TEST(LayerConfig, EverySizeMustBePositive) {
+  struct Field {
+    const char* name;
+    int LayerConfig::*member;
+  };
+  const Field fields[] = {{"max_batch_tokens", &LayerConfig::max_batch_tokens},
+                          {"max_seq_len", &LayerConfig::max_seq_len},
+                          {"hidden", &LayerConfig::hidden},
+                          {"ffn", &LayerConfig::ffn},
+                          {"heads", &LayerConfig::heads}};
+  for (const Field& f : fields) {
+    for (int bad : {0, -1, std::numeric_limits<int>::min()}) {
+      LayerConfig c = valid();
+      c.*f.member = bad;
+      SCOPED_TRACE(std::string(f.name) + " = " + std::to_string(bad));
+      expect_error([&] { c.validate(); },
+                   {"invalid LayerConfig", std::string(f.name) + " (" + std::to_string(bad) + ")",
+                    "must be positive"});
+    }
+  }
+}
+
+TEST(LayerConfig, HeadsMustDivideHidden) {
+  LayerConfig c = valid();
+  c.hidden = 1000;
+  c.heads = 16;
+  expect_error([&] { c.validate(); }, {"hidden (1000)", "heads (16)", "multiple"});
+  c.hidden = 7;
+  c.heads = 8;  // more heads than features
+  expect_error([&] { c.validate(); }, {"hidden (7)", "heads (8)"});
+}
+
+TEST(LayerConfig, MaxSeqLenMustFitInABatch) {
+  LayerConfig c = valid();
+  c.max_seq_len = c.max_batch_tokens + 1;
+  expect_error([&] { c.validate(); }, {"max_seq_len (4097)", "max_batch_tokens (4096)"});
+}
+
+TEST(LayerConfig, EveryDropoutRatioMustBeInZeroOne) {
+  struct Field {
+    const char* name;
+    double LayerConfig::*member;
+  };
+  const Field fields[] = {{"attn_dropout", &LayerConfig::attn_dropout},
+                          {"activation_dropout", &LayerConfig::activation_dropout},
+                          {"hidden_dropout", &LayerConfig::hidden_dropout}};
+  const double bad_values[] = {-0.1,
+                               -0.0 - 1e-300,
+                               1.0,
+                               1.5,
+                               std::numeric_limits<double>::quiet_NaN(),
+                               std::numeric_limits<double>::infinity()};
+  for (const Field& f : fields) {
+    for (double bad : bad_values) {
+      LayerConfig c = valid();
+      c.*f.member = bad;
+      SCOPED_TRACE(std::string(f.name) + " = " + std::to_string(bad));
+      expect_error([&] { c.validate(); }, {std::string(f.name) + " (", "[0, 1)"});
+    }
+  }
+}
+
+TEST(LayerConfig, LayerNormEpsMustBePositiveAndFinite) {
+  for (double bad :
+       {0.0, -1e-5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    LayerConfig c = valid();
+    c.layer_norm_eps = bad;
+    expect_error([&] { c.validate(); }, {"layer_norm_eps ("});
+  }
+}
+
+TEST(LayerConfig, EnumsMustBeEnumerators) {
+  LayerConfig c = valid();
+  c.activation = static_cast<Activation>(7);
+  expect_error([&] { c.validate(); }, {"activation (7)"});
+  c = valid();
+  c.dtype = static_cast<DType>(9);
+  expect_error([&] { c.validate(); }, {"dtype (9)"});
+}
+
+TEST(LayerConfig, OneMessageListsEveryProblem) {
+  LayerConfig c = valid();
+  c.hidden = 100;
+  c.heads = 3;
+  c.attn_dropout = 2.0;
+  c.ffn = 0;
+  c.max_seq_len = 5000;
+  expect_error([&] { c.validate(); },
+               {"ffn (0)", "hidden (100)", "heads (3)", "attn_dropout (2)", "max_seq_len (5000)", "; "});
+}
+
+TEST(LayerConfig, CheckBatchNamesTheValueAndTheLimit) {
+  const LayerConfig c = valid();            // 4096 tokens, 256 positions
+  EXPECT_NO_THROW(c.check_batch(16, 256));  // exactly the token limit
+  EXPECT_NO_THROW(c.check_batch(4096, 1));  // many one-token sentences
+  EXPECT_NO_THROW(c.check_batch(1, 1));
+  expect_error([&] { c.check_batch(1, 257); }, {"seq_len 257", "max_seq_len 256"});
+  expect_error([&] { c.check_batch(17, 256); }, {"17 x 256", "4352", "max_batch_tokens 4096"});
+  expect_error([&] { c.check_batch(0, 10); }, {"batch_size 0"});
+  expect_error([&] { c.check_batch(10, 0); }, {"seq_len 0"});
+  // A product that would wrap around size_t is still refused.
+  expect_error([&] { c.check_batch(std::numeric_limits<std::size_t>::max() / 2 + 1, 2); },
+               {"max_batch_tokens 4096"});
+}
+
+TEST(LayerConfig, ActivationNamesRoundTrip) {
+  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
+    EXPECT_EQ(parse_activation(activation_name(a)), a);
+  EXPECT_EQ(parse_activation("gelu_new"), Activation::gelu_tanh);  // Hugging Face's name for it
+  expect_error([] { parse_activation("swish"); }, {"'swish'", "relu, gelu, gelu_tanh"});
+}
+
+TEST(LayerConfig, DescribeNamesEveryField) {
+  const std::string d = describe(valid());
+  for (const char* field : {"max_batch_tokens=4096", "max_seq_len=256", "hidden=512", "ffn=2048", "heads=8",
+                            "attn_dropout=0.1", "activation_dropout=0.1", "hidden_dropout=0.1",
+                            "pre_layer_norm=true", "activation=relu", "dtype=f16", "layer_norm_eps=1e-05"})
+    EXPECT_NE(d.find(field), std::string::npos) << field << " not in " << d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Presets, against the published configurations cited in layers/config.cpp.
+
+struct Expected {
+  const char* name;
+  int hidden, ffn, heads, encoder_layers, decoder_layers, max_seq_len;
+  bool pre_ln, causal;
+  Activation activation;
+  double attn_dropout, activation_dropout, hidden_dropout, eps;
+};
+
+const Expected kExpected[] = {
+    {"transformer-base", 512, 2048, 8, 6, 6, 1024, false, false, Activation::relu, 0.0, 0.0, 0.1, 1e-5},
+    {"transformer-big", 1024, 4096, 16, 6, 6, 1024, true, false, Activation::relu, 0.1, 0.1, 0.3, 1e-5},
+    {"bert-base", 768, 3072, 12, 12, 0, 512, false, false, Activation::gelu, 0.1, 0.0, 0.1, 1e-12},
+    {"bert-large", 1024, 4096, 16, 24, 0, 512, false, false, Activation::gelu, 0.1, 0.0, 0.1, 1e-12},
+    {"gpt2-small", 768, 3072, 12, 12, 0, 1024, true, true, Activation::gelu_tanh, 0.1, 0.0, 0.1, 1e-5},
+    {"gpt2-large", 1280, 5120, 20, 36, 0, 1024, true, true, Activation::gelu_tanh, 0.1, 0.0, 0.1, 1e-5},
+    {"vit-b-32", 768, 3072, 12, 12, 0, 50, true, false, Activation::gelu, 0.0, 0.1, 0.1, 1e-12},
+    {"vit-l-32", 1024, 4096, 16, 24, 0, 50, true, false, Activation::gelu, 0.0, 0.1, 0.1, 1e-12},
+};
+
+TEST(ModelPreset, NumbersMatchThePublishedConfigs) {
+  ASSERT_EQ(preset_names().size(), std::size(kExpected));
+  std::size_t i = 0;
+  for (const Expected& e : kExpected) {
+    SCOPED_TRACE(e.name);
+    EXPECT_EQ(preset_names()[i++], e.name);  // the fixed order
+    const ModelPreset& p = preset(e.name);
+    EXPECT_EQ(p.name, e.name);
+    EXPECT_EQ(p.layer.hidden, e.hidden);
+    EXPECT_EQ(p.layer.ffn, e.ffn);
+    EXPECT_EQ(p.layer.heads, e.heads);
+    EXPECT_EQ(p.encoder_layers, e.encoder_layers);
+    EXPECT_EQ(p.decoder_layers, e.decoder_layers);
+    EXPECT_EQ(p.layer.max_seq_len, e.max_seq_len);
+    EXPECT_EQ(p.layer.max_batch_tokens, 8192);
+    EXPECT_EQ(p.layer.pre_layer_norm, e.pre_ln);
+    EXPECT_EQ(p.causal, e.causal);
+    EXPECT_EQ(p.layer.activation, e.activation);
+    EXPECT_EQ(p.layer.attn_dropout, e.attn_dropout);
+    EXPECT_EQ(p.layer.activation_dropout, e.activation_dropout);
+    EXPECT_EQ(p.layer.hidden_dropout, e.hidden_dropout);
+    EXPECT_EQ(p.layer.layer_norm_eps, e.eps);
+    EXPECT_EQ(p.layer.dtype, DType::f16);
+    EXPECT_FALSE(p.source.empty());
+    EXPECT_NO_THROW(p.layer.validate());
+    EXPECT_EQ(p.layer.hidden % p.layer.heads, 0);
+    // Every published model here uses 64-wide heads.
+    EXPECT_EQ(p.layer.head_dim(), 64);
+  }
+}
+
+TEST(ModelPreset, ViTLengthIsThePatchCountPlusTheClassToken) {
+  for (const char* name : {"vit-b-32", "vit-l-32"})
+    EXPECT_EQ(preset(name).layer.max_seq_len, (224 / 32) * (224 / 32) + 1) << name;
+}
+
+TEST(ModelPreset, UnknownNameListsTheKnownOnes) {
+  std::vector<std::string> needles{"'gpt3'"};
+  for (const std::string& n : preset_names()) needles.push_back(n);
+  expect_error([] { preset("gpt3"); }, needles);
+  expect_error([] { preset(""); }, {"''", "transformer-base"});
+  expect_error([] { preset("Bert-Base"); }, {"'Bert-Base'"});  // names are exact
+}
+
+}  // namespace
+}  // namespace seqbench::layers
