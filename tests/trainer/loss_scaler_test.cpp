@@ -1,0 +1,120 @@
+// The loss scaler's state machine (the host mirror of the device transition) against
+// torch.cuda.amp.GradScaler's semantics, and its configuration checks. Host only.
+#include "trainer/loss_scaler.h"
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <random>
+
+#include "core/error.h"
+
+namespace seqbench::trainer {
+namespace {
+
+TEST(LossScaler, DefaultsAreTorchs) {
+  const LossScalerConfig config;
+  EXPECT_EQ(config.init_scale, 65536.0f);
+  EXPECT_EQ(config.growth_factor, 2.0f);
+  EXPECT_EQ(config.backoff_factor, 0.5f);
+  EXPECT_EQ(config.growth_interval, 2000);
+  const LossScalerState s = initial_loss_scaler_state(config);
+  EXPECT_EQ(s.scale, 65536.0f);
+  EXPECT_EQ(s.growth_tracker, 0);
+}
+
+TEST(LossScaler, GrowsAfterExactlyGrowthIntervalGoodSteps) {
+  const LossScalerConfig config;
+  LossScalerState s = initial_loss_scaler_state(config);
+  for (int i = 1; i < config.growth_interval; ++i) {
+    s = next_loss_scaler_state(s, false, config);
+    ASSERT_EQ(s.scale, 65536.0f) << "grew early, after " << i << " good steps";
+    ASSERT_EQ(s.growth_tracker, i);
+  }
+  s = next_loss_scaler_state(s, false, config);
+  EXPECT_EQ(s.scale, 131072.0f);
+  EXPECT_EQ(s.growth_tracker, 0);
+}
+
+TEST(LossScaler, OverflowBacksOffAndResetsTheTracker) {
+  const LossScalerConfig config{1024.0f, 2.0f, 0.5f, 4};
+  LossScalerState s = initial_loss_scaler_state(config);
+  s = next_loss_scaler_state(s, false, config);
+  s = next_loss_scaler_state(s, false, config);
+  s = next_loss_scaler_state(s, false, config);
+  ASSERT_EQ(s.growth_tracker, 3);
+  s = next_loss_scaler_state(s, true, config);
+  EXPECT_EQ(s.scale, 512.0f);
+  EXPECT_EQ(s.growth_tracker, 0);
+  // Growth needs a full interval of good steps again after the overflow.
+  for (int i = 0; i < 3; ++i) s = next_loss_scaler_state(s, false, config);
+  EXPECT_EQ(s.scale, 512.0f);
+  s = next_loss_scaler_state(s, false, config);
+  EXPECT_EQ(s.scale, 1024.0f);
+  // Consecutive overflows keep backing off.
+  s = next_loss_scaler_state(s, true, config);
+  s = next_loss_scaler_state(s, true, config);
+  EXPECT_EQ(s.scale, 256.0f);
+  EXPECT_EQ(s.growth_tracker, 0);
+}
+
+TEST(LossScaler, GrowthStopsShortOfInfinityButResetsTheTracker) {
+  const LossScalerConfig config{FLT_MAX, 2.0f, 0.5f, 1};
+  const LossScalerState s = next_loss_scaler_state(initial_loss_scaler_state(config), false, config);
+  EXPECT_EQ(s.scale, FLT_MAX);
+  EXPECT_EQ(s.growth_tracker, 0);
+}
+
+// A literal transcription of torch's _amp_update_scale_cuda_kernel, against which random flag
+// sequences are replayed.
+LossScalerState torch_update(LossScalerState s, bool found_inf, const LossScalerConfig& c) {
+  if (found_inf) {
+    s.scale = s.scale * c.backoff_factor;
+    s.growth_tracker = 0;
+  } else {
+    const int successful = s.growth_tracker + 1;
+    if (successful == c.growth_interval) {
+      const float new_scale = s.scale * c.growth_factor;
+      if (std::isfinite(new_scale)) s.scale = new_scale;
+      s.growth_tracker = 0;
+    } else {
+      s.growth_tracker = successful;
+    }
+  }
+  return s;
+}
+
+TEST(LossScaler, RandomFlagSequencesFollowTorch) {
+  std::mt19937_64 rng(99);
+  for (const int interval : {1, 2, 3, 7, 2000}) {
+    const LossScalerConfig config{65536.0f, 2.0f, 0.5f, interval};
+    LossScalerState ours = initial_loss_scaler_state(config), theirs = ours;
+    for (int step = 0; step < 5000; ++step) {
+      const bool overflow = rng() % 13 == 0;
+      ours = next_loss_scaler_state(ours, overflow, config);
+      theirs = torch_update(theirs, overflow, config);
+      ASSERT_EQ(ours.scale, theirs.scale) << "interval " << interval << " step " << step;
+      ASSERT_EQ(ours.growth_tracker, theirs.growth_tracker) << "interval " << interval << " step " << step;
+    }
+  }
+}
+
+TEST(LossScaler, BadConfigurationsAreRejectedWithTheValue) {
+  auto message = [](const LossScalerConfig& c) {
+    try {
+      validate_loss_scaler_config(c);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message({0.0f, 2.0f, 0.5f, 10}).find("init_scale 0"), std::string::npos);
+  EXPECT_NE(message({1.0f, 1.0f, 0.5f, 10}).find("growth_factor 1"), std::string::npos);
+  EXPECT_NE(message({1.0f, 2.0f, 1.0f, 10}).find("backoff_factor 1"), std::string::npos);
+  EXPECT_NE(message({1.0f, 2.0f, 0.0f, 10}).find("backoff_factor 0"), std::string::npos);
+  EXPECT_NE(message({1.0f, 2.0f, 0.5f, 0}).find("growth_interval 0"), std::string::npos);
+  EXPECT_EQ(message(LossScalerConfig{}), "");
+}
+
+}  // namespace
+}  // namespace seqbench::trainer

@@ -1,0 +1,48 @@
+// The accuracy cost of each precision mode: training a small least-squares problem for many
+// steps with the host emulation of the fused optimizer (update_rule.h: the kernels' own code) and
+// measuring how far it ends from the same training in fp64 (reference/optimizers.h).
+//
+// Problem: minimize L(w) = |X w - y|^2 / (2 m), X [m x n] and w* N(0, 1), y = X w*, starting from
+// w0 ~ N(0, 1/4) rounded to the parameter dtype (the fp64 run starts from the same rounded w0, so
+// only the training differs). Each step computes the gradient in double from the parameters as
+// stored (T), multiplies it by the loss scale and rounds it to T, as a mixed-precision backward
+// would hand it to the optimizer; the fp64 run uses the exact gradient of its own parameters.
+// All random numbers come from Philox, so the study gives the same numbers on every machine.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "trainer/update_rule.h"
+
+namespace seqbench::trainer {
+
+struct DriftStudyOptions {
+  int params = 2048;  // n
+  int samples = 256;  // m
+  int steps = 1000;
+  double lr = 1e-3;
+  float loss_scale = 1.0f;  // static: the gradients are representable without scaling here
+  std::uint64_t seed = 20241122;
+  OptimizerConfig config{};  // Adam with PyTorch's defaults
+};
+
+struct DriftResult {
+  DType dtype = DType::f32;
+  PrecisionMode mode = PrecisionMode::no_master;
+  // |w - w_ref| / |w_ref - w0|: the distance from the fp64 trajectory's end point, as a fraction
+  // of how far the fp64 trajectory moved. w is the parameters as stored (T).
+  double param_drift = 0.0;
+  double max_abs_drift = 0.0;   // max_i |w_i - w_ref_i|
+  double loss = 0.0;            // L(w) at the end
+  double reference_loss = 0.0;  // L(w_ref) at the end
+  double initial_loss = 0.0;    // L(w0)
+};
+
+DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, PrecisionMode mode);
+
+// f32/no_master, f16/{no_master, master_fp32}, bf16/{no_master, master_fp32, stochastic_rounding}.
+std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options);
+
+}  // namespace seqbench::trainer

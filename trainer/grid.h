@@ -1,0 +1,40 @@
+// Grid sizing shared by the trainer's grid-stride kernels: enough blocks to fill every SM
+// (blocks_per_sm per SM), never more than the work needs, at least one.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "core/cuda_check.h"
+
+namespace seqbench::trainer {
+
+inline int multiprocessor_count() {
+  int device = 0, sms = 0;
+  SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
+  SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// `items` units of work of which each thread takes one per grid-stride iteration.
+inline int grid_stride_blocks(std::size_t items, int threads, int blocks_per_sm, int max_blocks = 1 << 30) {
+  const std::size_t needed =
+      (items + static_cast<std::size_t>(threads) - 1) / static_cast<std::size_t>(threads);
+  const std::size_t full =
+      static_cast<std::size_t>(multiprocessor_count()) * static_cast<std::size_t>(blocks_per_sm);
+  const std::size_t blocks = std::min({needed, full, static_cast<std::size_t>(max_blocks)});
+  return static_cast<int>(std::max<std::size_t>(blocks, 1));
+}
+
+// A grid of exactly one resident wave of `kernel` (at most `items` / threads blocks, at least 1):
+// a grid-stride loop then has no second, partial wave.
+template <class Kernel>
+int resident_grid_blocks(Kernel kernel, std::size_t items, int threads) {
+  int per_sm = 0;
+  SEQBENCH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return grid_stride_blocks(items, threads, std::max(per_sm, 1));
+}
+
+}  // namespace seqbench::trainer
