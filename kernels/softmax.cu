@@ -1,1 +1,994 @@
+// Attention softmax kernels: register paths (warp / block team), the multipass fallback, the
+// tuner, and the unfused eager-like baseline. Thread mappings are documented in kernels/softmax.h.
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <type_traits>
+
+#include "core/cuda_check.h"
+#include "core/device_buffer.h"
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "kernels/packed.h"
+#include "kernels/reduce.cuh"
 #include "kernels/softmax.h"
+
+namespace seqbench::kernels {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kMaxWarpPathThreads = 256;  // warp path: up to 8 rows per block
+constexpr int kMaxBlockThreads = 1024;
+constexpr int kPreferredBlockThreads = 512;
+constexpr int kDefaultWarpPathThreads = 128;
+constexpr int kDefaultMultipassThreads = 1024;
+constexpr int kUnfusedThreads = 256;
+constexpr std::size_t kUnfusedAlign = 256;
+
+// Which keys of a row are valid: a prefix [0, valid(row)).
+struct RowMask {
+  std::int64_t rows_per_batch = 1;  // heads · q_len
+  std::int64_t q_len = 1;
+  int k_len = 0;
+  bool causal = false;
+  std::int64_t causal_offset = 0;
+  const std::int32_t* key_lengths = nullptr;
+
+  __device__ __forceinline__ int valid(std::int64_t row) const {
+    std::int64_t n = k_len;
+    if (key_lengths) {
+      const std::int64_t len = key_lengths[row / rows_per_batch];
+      n = min(n, max(len, std::int64_t{0}));
+    }
+    if (causal) n = min(n, max(row % q_len + causal_offset + 1, std::int64_t{0}));
+    return static_cast<int>(n);
+  }
+};
+
+template <class T>
+struct ForwardArgs {
+  T* y;  // may equal x: no __restrict__ on either
+  const T* x;
+  std::int64_t rows;
+  RowMask mask;
+  float scale;
+};
+
+template <class T>
+struct BackwardArgs {
+  T* dx;  // may equal dy or y
+  const T* dy;
+  const T* y;
+  std::int64_t rows;
+  int k_len;
+  float scale;
+};
+
+template <bool kWarpTeam>
+struct Team {
+  __device__ static int size() { return kWarpTeam ? kWarp : static_cast<int>(blockDim.x); }
+  __device__ static int lane() {
+    return kWarpTeam ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
+  }
+  __device__ static int index() { return kWarpTeam ? static_cast<int>(threadIdx.x) / kWarp : 0; }
+  __device__ static int per_block() { return kWarpTeam ? static_cast<int>(blockDim.x) / kWarp : 1; }
+};
+
+template <bool kWarpTeam>
+__device__ __forceinline__ float team_max(float v) {
+  if constexpr (kWarpTeam)
+    return warp_reduce_max(v);
+  else
+    return block_reduce_max(v);
+}
+
+template <bool kWarpTeam>
+__device__ __forceinline__ float team_sum(float v) {
+  if constexpr (kWarpTeam)
+    return warp_reduce_sum(v);
+  else
+    return block_reduce_sum(v);
+}
+
+// Stores zeros over [0, k_len) of a row, in the thread's vectors of the register layout.
+template <class T, int kVec, int kItems>
+__device__ __forceinline__ void store_zero_row(T* row, int lane, int team, int k_len) {
+  Packed<T, kVec> zero;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) zero.v[i] = from_float<T>(0.0f);
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int col = (lane + k * team) * kVec;
+    if (col < k_len) zero.store(row + col);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Register paths
+
+template <class T, int kVec, int kItems, bool kWarpTeam>
+__global__ void __launch_bounds__(kWarpTeam ? kMaxWarpPathThreads : kMaxBlockThreads)
+    softmax_forward_kernel(ForwardArgs<T> a) {
+  using V = Packed<T, kVec>;
+  using TeamT = Team<kWarpTeam>;
+  const int team = TeamT::size(), lane = TeamT::lane();
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * TeamT::per_block() + TeamT::index();
+  if (row >= a.rows) return;  // warp path only (no block barriers there)
+  const int k_len = a.mask.k_len;
+  const int valid = a.mask.valid(row);
+  const T* xr = a.x + row * k_len;
+  T* yr = a.y + row * k_len;
+
+  float v[kItems][kVec];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int col = (lane + k * team) * kVec;
+    if (col < valid) {  // masked keys are never read
+      const V p = V::load(xr + col);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        v[k][i] = col + i < valid ? a.scale * to_float(p.v[i]) : -INFINITY;
+        m = fmaxf(m, v[k][i]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[k][i] = -INFINITY;
+    }
+  }
+  m = team_max<kWarpTeam>(m);
+  if (m == -INFINITY) {  // fully masked: zeros by definition (the team agrees, so this is uniform)
+    store_zero_row<T, kVec, kItems>(yr, lane, team, k_len);
+    return;
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    if ((lane + k * team) * kVec < valid) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        v[k][i] = expf(v[k][i] - m);  // exp(-inf) = 0 for the masked tail of a vector
+        s += v[k][i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[k][i] = 0.0f;
+    }
+  }
+  s = team_sum<kWarpTeam>(s);
+  const float inv = 1.0f / s;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int col = (lane + k * team) * kVec;
+    if (col < k_len) {
+      V out;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) out.v[i] = from_float<T>(v[k][i] * inv);
+      out.store(yr + col);
+    }
+  }
+}
+
+template <class T, int kVec, int kItems, bool kWarpTeam>
+__global__ void __launch_bounds__(kWarpTeam ? kMaxWarpPathThreads : kMaxBlockThreads)
+    softmax_backward_kernel(BackwardArgs<T> a) {
+  using V = Packed<T, kVec>;
+  using TeamT = Team<kWarpTeam>;
+  const int team = TeamT::size(), lane = TeamT::lane();
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * TeamT::per_block() + TeamT::index();
+  if (row >= a.rows) return;
+  const T* yr = a.y + row * a.k_len;
+  const T* dyr = a.dy + row * a.k_len;
+  T* dxr = a.dx + row * a.k_len;
+
+  float y[kItems][kVec], dy[kItems][kVec];
+  float dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int col = (lane + k * team) * kVec;
+    if (col < a.k_len) {
+      const V py = V::load(yr + col), pd = V::load(dyr + col);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        y[k][i] = to_float(py.v[i]);
+        dy[k][i] = to_float(pd.v[i]);
+        dot = fmaf(y[k][i], dy[k][i], dot);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) y[k][i] = dy[k][i] = 0.0f;
+    }
+  }
+  dot = team_sum<kWarpTeam>(dot);
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int col = (lane + k * team) * kVec;
+    if (col < a.k_len) {
+      V out;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) out.v[i] = from_float<T>(a.scale * (y[k][i] * (dy[k][i] - dot)));
+      out.store(dxr + col);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multipass fallback: one block per row, any length.
+
+template <class T, int kVec>
+__global__ void __launch_bounds__(kMaxBlockThreads) softmax_forward_multipass_kernel(ForwardArgs<T> a) {
+  using V = Packed<T, kVec>;
+  const std::int64_t row = blockIdx.x;
+  const int k_len = a.mask.k_len;
+  const int valid = a.mask.valid(row);
+  const T* xr = a.x + row * k_len;
+  T* yr = a.y + row * k_len;
+  const int stride = static_cast<int>(blockDim.x);
+
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j * kVec < valid; j += stride) {
+    const V p = V::load(xr + j * kVec);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (j * kVec + i < valid) m = fmaxf(m, a.scale * to_float(p.v[i]));
+  }
+  m = block_reduce_max(m);
+  if (m == -INFINITY) {
+    for (int j = threadIdx.x; j * kVec < k_len; j += stride) {
+      V zero;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) zero.v[i] = from_float<T>(0.0f);
+      zero.store(yr + j * kVec);
+    }
+    return;
+  }
+  float s = 0.0f;
+  for (int j = threadIdx.x; j * kVec < valid; j += stride) {
+    const V p = V::load(xr + j * kVec);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (j * kVec + i < valid) s += expf(a.scale * to_float(p.v[i]) - m);
+  }
+  s = block_reduce_sum(s);  // its barriers also end every read of pass 2 before pass 3 writes
+  const float inv = 1.0f / s;
+  for (int j = threadIdx.x; j * kVec < k_len; j += stride) {
+    const int col = j * kVec;
+    V p;
+    if (col < valid) p = V::load(xr + col);
+    V out;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      out.v[i] = from_float<T>(col + i < valid ? expf(a.scale * to_float(p.v[i]) - m) * inv : 0.0f);
+    out.store(yr + col);
+  }
+}
+
+template <class T, int kVec>
+__global__ void __launch_bounds__(kMaxBlockThreads) softmax_backward_multipass_kernel(BackwardArgs<T> a) {
+  using V = Packed<T, kVec>;
+  const std::int64_t row = blockIdx.x;
+  const T* yr = a.y + row * a.k_len;
+  const T* dyr = a.dy + row * a.k_len;
+  T* dxr = a.dx + row * a.k_len;
+  const int stride = static_cast<int>(blockDim.x);
+  float dot = 0.0f;
+  for (int j = threadIdx.x; j * kVec < a.k_len; j += stride) {
+    const V py = V::load(yr + j * kVec), pd = V::load(dyr + j * kVec);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) dot = fmaf(to_float(py.v[i]), to_float(pd.v[i]), dot);
+  }
+  dot = block_reduce_sum(dot);  // every read of pass 1 is done before pass 2 writes (in-place)
+  for (int j = threadIdx.x; j * kVec < a.k_len; j += stride) {
+    const V py = V::load(yr + j * kVec), pd = V::load(dyr + j * kVec);
+    V out;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      out.v[i] = from_float<T>(a.scale * (to_float(py.v[i]) * (to_float(pd.v[i]) - dot)));
+    out.store(dxr + j * kVec);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The unfused baseline. Pointers that may alias (in-place use) carry no __restrict__.
+
+template <class T>
+__global__ void unfused_scale_kernel(T* z, const T* x, float scale, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) z[i] = from_float<T>(scale * to_float(x[i]));
+}
+
+template <class T>
+__global__ void unfused_mask_kernel(T* z, RowMask mask, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const std::int64_t row = i / mask.k_len;
+  const int j = static_cast<int>(i % mask.k_len);
+  const T v = z[i];  // masked_fill reads its input like any out-of-place op would
+  z[i] = j < mask.valid(row) ? v : from_float<T>(-INFINITY);
+}
+
+template <class T>
+__global__ void unfused_row_max_kernel(float* __restrict__ mx, const T* __restrict__ z, int k_len) {
+  const T* zr = z + static_cast<std::int64_t>(blockIdx.x) * k_len;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < k_len; j += blockDim.x) m = fmaxf(m, to_float(zr[j]));
+  m = block_reduce_max(m);
+  if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+
+// e = exp(z - max) in place (stored in T) and the row sum of the stored values.
+template <class T>
+__global__ void unfused_exp_sum_kernel(T* __restrict__ z, float* __restrict__ sum,
+                                       const float* __restrict__ mx, int k_len) {
+  T* zr = z + static_cast<std::int64_t>(blockIdx.x) * k_len;
+  const float m = mx[blockIdx.x];
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < k_len; j += blockDim.x) {
+    const T e = from_float<T>(m == -INFINITY ? 0.0f : expf(to_float(zr[j]) - m));
+    zr[j] = e;
+    s += to_float(e);
+  }
+  s = block_reduce_sum(s);
+  if (threadIdx.x == 0) sum[blockIdx.x] = s;
+}
+
+template <class T>
+__global__ void unfused_divide_kernel(T* y, const T* e, const float* __restrict__ sum, std::int64_t n,
+                                      int k_len) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float s = sum[i / k_len];
+  y[i] = from_float<T>(s == 0.0f ? 0.0f : to_float(e[i]) / s);  // s == 0 only for fully-masked rows
+}
+
+template <class T>
+__global__ void unfused_mul_kernel(T* __restrict__ t, const T* __restrict__ a, const T* __restrict__ b,
+                                   std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) t[i] = from_float<T>(to_float(a[i]) * to_float(b[i]));
+}
+
+template <class T>
+__global__ void unfused_row_sum_kernel(float* __restrict__ out, const T* __restrict__ t, int k_len) {
+  const T* tr = t + static_cast<std::int64_t>(blockIdx.x) * k_len;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < k_len; j += blockDim.x) s += to_float(tr[j]);
+  s = block_reduce_sum(s);
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
+template <class T>
+__global__ void unfused_sub_mul_kernel(T* dx, const T* y, const T* dy, const float* __restrict__ dot,
+                                       std::int64_t n, int k_len) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dx[i] = from_float<T>(to_float(y[i]) * (to_float(dy[i]) - dot[i / k_len]));
+}
+
+template <class T>
+__global__ void unfused_scale_inplace_kernel(T* v, float scale, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = from_float<T>(scale * to_float(v[i]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+
+int vector_width(DType dtype) {
+  return kVectorBytes / static_cast<int>(dtype_size(dtype));
+}
+
+bool is_pow2(std::int64_t v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
+
+int max_elems(SoftmaxPath path) {
+  return path == SoftmaxPath::warp ? kSoftmaxMaxWarpElems : kSoftmaxMaxBlockElems;
+}
+
+std::size_t align_up(std::size_t n, std::size_t a) {
+  return (n + a - 1) / a * a;
+}
+
+bool partially_overlap(const void* a, const void* b, std::size_t bytes) {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
+  return pa != pb && pa < pb + bytes && pb < pa + bytes;
+}
+
+void require_aligned(const char* what, const char* name, const void* ptr, std::size_t alignment) {
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(ptr) % alignment == 0,
+                   what << ": " << name << " (" << ptr << ") is not aligned to " << alignment << " bytes");
+}
+
+template <class T>
+void require_tensor(const char* what, const char* name, const void* ptr) {
+  SEQBENCH_REQUIRE(ptr != nullptr, what << ": " << name << " is null");
+  require_aligned(what, name, ptr, alignof(T));
+}
+
+// Shape checks shared by every launcher; returns whether there is anything to compute.
+bool require_shape(const char* what, const SoftmaxShape& s, float scale) {
+  SEQBENCH_REQUIRE(s.batch >= 0 && s.heads >= 0 && s.q_len >= 0 && s.k_len >= 0,
+                   what << ": shape [" << s.batch << ", " << s.heads << ", " << s.q_len << ", " << s.k_len
+                        << "] has a negative extent");
+  SEQBENCH_REQUIRE(s.k_len <= kSoftmaxMaxKLen,
+                   what << ": k_len " << s.k_len << " exceeds " << kSoftmaxMaxKLen);
+  // rows = batch·heads·q_len without overflowing int64 on the way.
+  const auto fits = [](std::int64_t a, std::int64_t b) { return a == 0 || b <= kSoftmaxMaxRows / a; };
+  SEQBENCH_REQUIRE(fits(s.batch, s.heads) && fits(s.batch * s.heads, s.q_len),
+                   what << ": rows = batch*heads*q_len = " << s.batch << "*" << s.heads << "*" << s.q_len
+                        << " exceeds " << kSoftmaxMaxRows);
+  SEQBENCH_REQUIRE(std::isfinite(scale), what << ": scale " << scale << " must be finite");
+  return s.rows() > 0 && s.k_len > 0;
+}
+
+template <class T>
+bool validate_forward(const char* what, const T* y, const T* x, const SoftmaxShape& shape, float scale,
+                      const SoftmaxMask& mask) {
+  const bool work = require_shape(what, shape, scale);
+  SEQBENCH_REQUIRE(
+      mask.causal_offset >= -kSoftmaxMaxCausalOffset && mask.causal_offset <= kSoftmaxMaxCausalOffset,
+      what << ": causal_offset " << mask.causal_offset << " outside [-" << kSoftmaxMaxCausalOffset << ", "
+           << kSoftmaxMaxCausalOffset << "]");
+  if (!work) return false;
+  require_tensor<T>(what, "y", y);
+  require_tensor<T>(what, "x", x);
+  if (mask.key_lengths) require_aligned(what, "key_lengths", mask.key_lengths, alignof(std::int32_t));
+  const std::size_t bytes =
+      static_cast<std::size_t>(shape.rows()) * static_cast<std::size_t>(shape.k_len) * sizeof(T);
+  SEQBENCH_REQUIRE(!partially_overlap(y, x, bytes),
+                   what << ": y partially overlaps x (in-place needs y == x exactly)");
+  return true;
+}
+
+template <class T>
+bool validate_backward(const char* what, const T* dx, const T* dy, const T* y, const SoftmaxShape& shape,
+                       float scale) {
+  if (!require_shape(what, shape, scale)) return false;
+  require_tensor<T>(what, "dx", dx);
+  require_tensor<T>(what, "dy", dy);
+  require_tensor<T>(what, "y", y);
+  const std::size_t bytes =
+      static_cast<std::size_t>(shape.rows()) * static_cast<std::size_t>(shape.k_len) * sizeof(T);
+  SEQBENCH_REQUIRE(!partially_overlap(dx, dy, bytes), what << ": dx partially overlaps dy");
+  SEQBENCH_REQUIRE(!partially_overlap(dx, y, bytes), what << ": dx partially overlaps y");
+  return true;
+}
+
+RowMask row_mask(const SoftmaxShape& shape, const SoftmaxMask& mask) {
+  RowMask m;
+  m.rows_per_batch = shape.heads * shape.q_len;
+  m.q_len = shape.q_len;
+  m.k_len = static_cast<int>(shape.k_len);
+  m.causal = mask.causal;
+  m.causal_offset = mask.causal_offset;
+  m.key_lengths = mask.key_lengths;
+  return m;
+}
+
+// Calls fn(std::integral_constant<int, kItems>) for a power-of-two item count with
+// kItems * kVec <= kMaxElems.
+template <int kVec, int kMaxElems, class Fn>
+void with_items(int items, Fn&& fn) {
+  switch (items) {
+    case 1:
+      if constexpr (kVec <= kMaxElems) return fn(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      if constexpr (2 * kVec <= kMaxElems) return fn(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      if constexpr (4 * kVec <= kMaxElems) return fn(std::integral_constant<int, 4>{});
+      break;
+    case 8:
+      if constexpr (8 * kVec <= kMaxElems) return fn(std::integral_constant<int, 8>{});
+      break;
+    case 16:
+      if constexpr (16 * kVec <= kMaxElems) return fn(std::integral_constant<int, 16>{});
+      break;
+    case 32:
+      if constexpr (32 * kVec <= kMaxElems) return fn(std::integral_constant<int, 32>{});
+      break;
+    default:
+      break;
+  }
+  SEQBENCH_FAIL("softmax: no kernel for " << items << " vectors of " << kVec << " per thread");
+}
+
+// Calls launch.multipass<kVec>() or launch.registers<kVec, kItems, kWarpTeam>() for `config`.
+template <class T, class Launch>
+void dispatch(const SoftmaxConfig& config, Launch&& launch) {
+  constexpr int kFull = Packed<T>::kSize;
+  const auto by_vector = [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    switch (config.path) {
+      case SoftmaxPath::multipass:
+        launch.template multipass<kVec>();
+        return;
+      case SoftmaxPath::warp:
+        with_items<kVec, kSoftmaxMaxWarpElems>(config.items, [&](auto items) {
+          launch.template registers<kVec, decltype(items)::value, true>();
+        });
+        return;
+      case SoftmaxPath::block:
+        with_items<kVec, kSoftmaxMaxBlockElems>(config.items, [&](auto items) {
+          launch.template registers<kVec, decltype(items)::value, false>();
+        });
+        return;
+    }
+  };
+  if (config.vector == kFull)
+    by_vector(std::integral_constant<int, kFull>{});
+  else
+    by_vector(std::integral_constant<int, 1>{});
+}
+
+unsigned register_grid(const SoftmaxConfig& c, std::int64_t rows) {
+  const int per_block = c.path == SoftmaxPath::warp ? c.threads / kWarp : 1;
+  return static_cast<unsigned>((rows + per_block - 1) / per_block);
+}
+
+template <class T>
+struct ForwardLaunch {
+  const SoftmaxConfig& config;
+  const ForwardArgs<T>& args;
+  cudaStream_t stream;
+  template <int kVec>
+  void multipass() const {
+    softmax_forward_multipass_kernel<T, kVec>
+        <<<static_cast<unsigned>(args.rows), config.threads, 0, stream>>>(args);
+  }
+  template <int kVec, int kItems, bool kWarpTeam>
+  void registers() const {
+    softmax_forward_kernel<T, kVec, kItems, kWarpTeam>
+        <<<register_grid(config, args.rows), config.threads, 0, stream>>>(args);
+  }
+};
+
+template <class T>
+struct BackwardLaunch {
+  const SoftmaxConfig& config;
+  const BackwardArgs<T>& args;
+  cudaStream_t stream;
+  template <int kVec>
+  void multipass() const {
+    softmax_backward_multipass_kernel<T, kVec>
+        <<<static_cast<unsigned>(args.rows), config.threads, 0, stream>>>(args);
+  }
+  template <int kVec, int kItems, bool kWarpTeam>
+  void registers() const {
+    softmax_backward_kernel<T, kVec, kItems, kWarpTeam>
+        <<<register_grid(config, args.rows), config.threads, 0, stream>>>(args);
+  }
+};
+
+// The launch itself, after validation and with a validated config.
+template <class T>
+void forward_with(T* y, const T* x, const SoftmaxShape& shape, float scale, const SoftmaxMask& mask,
+                  cudaStream_t stream, const SoftmaxConfig& config) {
+  const ForwardArgs<T> args{y, x, shape.rows(), row_mask(shape, mask), scale};
+  dispatch<T>(config, ForwardLaunch<T>{config, args, stream});
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void backward_with(T* dx, const T* dy, const T* y, const SoftmaxShape& shape, float scale,
+                   cudaStream_t stream, const SoftmaxConfig& config) {
+  const BackwardArgs<T> args{dx, dy, y, shape.rows(), static_cast<int>(shape.k_len), scale};
+  dispatch<T>(config, BackwardLaunch<T>{config, args, stream});
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+std::string json_config(const SoftmaxConfig& c) {
+  std::ostringstream os;
+  os << "{\"path\": \"" << softmax_path_name(c.path) << "\", \"threads\": " << c.threads
+     << ", \"vector\": " << c.vector << ", \"items\": " << c.items << ", \"name\": \"" << c.to_string()
+     << "\"}";
+  return os.str();
+}
+
+unsigned elementwise_blocks(const char* what, std::int64_t n) {
+  const std::int64_t blocks = (n + kUnfusedThreads - 1) / kUnfusedThreads;
+  SEQBENCH_REQUIRE(blocks <= 0x7fffffff, what << ": " << n << " elements need " << blocks
+                                              << " blocks, more than the grid limit 2147483647");
+  return static_cast<unsigned>(blocks);
+}
+
+int unfused_row_threads(std::int64_t k_len) {
+  const std::int64_t t = (k_len + kWarp - 1) / kWarp * kWarp;
+  return static_cast<int>(t < kUnfusedThreads ? t : kUnfusedThreads);
+}
+
+void require_workspace(const char* what, const void* workspace, std::size_t bytes, std::size_t needed) {
+  if (needed == 0) return;
+  SEQBENCH_REQUIRE(workspace != nullptr, what << ": workspace is null, " << needed << " bytes are needed");
+  SEQBENCH_REQUIRE(bytes >= needed,
+                   what << ": workspace has " << bytes << " bytes, " << needed << " are needed");
+  require_aligned(what, "workspace", workspace, kUnfusedAlign);
+}
+
+std::size_t tensor_bytes(DType dtype, const SoftmaxShape& s) {
+  return static_cast<std::size_t>(s.rows()) * static_cast<std::size_t>(s.k_len) * dtype_size(dtype);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Configurations
+
+const char* softmax_path_name(SoftmaxPath path) {
+  switch (path) {
+    case SoftmaxPath::warp:
+      return "warp";
+    case SoftmaxPath::block:
+      return "block";
+    case SoftmaxPath::multipass:
+      return "multipass";
+  }
+  return "?";
+}
+
+std::int64_t SoftmaxConfig::capacity() const {
+  switch (path) {
+    case SoftmaxPath::warp:
+      return static_cast<std::int64_t>(kWarp) * items * vector;
+    case SoftmaxPath::block:
+      return static_cast<std::int64_t>(threads) * items * vector;
+    case SoftmaxPath::multipass:
+      break;
+  }
+  return kSoftmaxMaxKLen;
+}
+
+std::string SoftmaxConfig::to_string() const {
+  std::ostringstream os;
+  os << softmax_path_name(path) << "/t" << threads << "/v" << vector << "/i" << items;
+  return os.str();
+}
+
+std::int64_t softmax_k_len_bucket(std::int64_t k_len) {
+  SEQBENCH_REQUIRE(k_len >= 0 && k_len <= kSoftmaxMaxKLen,
+                   "softmax_k_len_bucket: k_len " << k_len << " outside [0, " << kSoftmaxMaxKLen << "]");
+  std::int64_t b = 1;
+  while (b < k_len) b *= 2;
+  return b;
+}
+
+bool softmax_vectorizable(DType dtype, std::int64_t k_len, std::initializer_list<const void*> pointers) {
+  if (k_len % vector_width(dtype) != 0) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<std::uintptr_t>(p) % kVectorBytes != 0) return false;
+  return true;
+}
+
+SoftmaxConfig softmax_default_config(DType dtype, std::int64_t k_len, bool vectorizable) {
+  const std::int64_t bucket = softmax_k_len_bucket(k_len);
+  SoftmaxConfig c;
+  c.vector = vectorizable && k_len % vector_width(dtype) == 0 ? vector_width(dtype) : 1;
+  const std::int64_t vectors = (bucket + c.vector - 1) / c.vector;
+  if (bucket <= kSoftmaxMaxWarpKLen) {
+    c.path = SoftmaxPath::warp;
+    c.threads = kDefaultWarpPathThreads;
+    c.items = 1;
+    while (static_cast<std::int64_t>(kWarp) * c.items < vectors) c.items *= 2;
+    return c;
+  }
+  if (bucket <= kSoftmaxMaxBlockKLen) {
+    c.path = SoftmaxPath::block;
+    const int max_items = kSoftmaxMaxBlockElems / c.vector;
+    c.items = 1;
+    while (c.items < max_items && vectors / c.items > kPreferredBlockThreads) c.items *= 2;
+    c.threads = static_cast<int>(vectors / c.items);  // a power of two in [64, 1024]
+    return c;
+  }
+  c.path = SoftmaxPath::multipass;
+  c.threads = kDefaultMultipassThreads;
+  c.items = 0;
+  return c;
+}
+
+std::vector<SoftmaxConfig> softmax_candidate_configs(DType dtype, std::int64_t k_len, bool vectorizable) {
+  const std::int64_t bucket = softmax_k_len_bucket(k_len);
+  const int vector = vectorizable && k_len % vector_width(dtype) == 0 ? vector_width(dtype) : 1;
+  const std::int64_t vectors = (bucket + vector - 1) / vector;
+  std::vector<SoftmaxConfig> out;
+  if (bucket <= kSoftmaxMaxWarpKLen) {
+    int items = 1;
+    while (static_cast<std::int64_t>(kWarp) * items < vectors) items *= 2;
+    for (const int threads : {kDefaultWarpPathThreads, kMaxWarpPathThreads})
+      out.push_back({SoftmaxPath::warp, threads, vector, items});
+  }
+  // Block path: every power-of-two item count; threads = vectors / items, a power of two.
+  for (int items = 1; items * vector <= kSoftmaxMaxBlockElems; items *= 2) {
+    const std::int64_t threads = (vectors + items - 1) / items;
+    if (threads < 2 * kWarp || threads > kMaxBlockThreads) continue;
+    out.push_back({SoftmaxPath::block, static_cast<int>(threads), vector, items});
+  }
+  if (bucket > kSoftmaxMaxWarpKLen) {
+    for (const int threads : {256, kDefaultMultipassThreads})
+      out.push_back({SoftmaxPath::multipass, threads, vector, 0});
+  }
+  return out;
+}
+
+void validate_softmax_config(const SoftmaxConfig& c, DType dtype, std::int64_t k_len, bool vectorizable) {
+  const int full = vector_width(dtype);
+  SEQBENCH_REQUIRE(c.vector == 1 || c.vector == full,
+                   "softmax config " << c.to_string() << ": vector " << c.vector << " must be 1 or " << full);
+  SEQBENCH_REQUIRE(c.vector == 1 || (vectorizable && k_len % full == 0),
+                   "softmax config " << c.to_string() << ": vector " << c.vector << " needs k_len % " << full
+                                     << " == 0 and 16-byte aligned tensors (k_len " << k_len << ")");
+  const int max_threads = c.path == SoftmaxPath::warp ? kMaxWarpPathThreads : kMaxBlockThreads;
+  SEQBENCH_REQUIRE(c.threads >= kWarp && c.threads <= max_threads && c.threads % kWarp == 0,
+                   "softmax config " << c.to_string() << ": threads " << c.threads
+                                     << " must be a multiple of 32 in [32, " << max_threads << "]");
+  if (c.path == SoftmaxPath::multipass) return;
+  SEQBENCH_REQUIRE(is_pow2(c.items) && c.items * c.vector <= max_elems(c.path),
+                   "softmax config " << c.to_string() << ": items " << c.items
+                                     << " must be a power of two with items*vector <= " << max_elems(c.path));
+  SEQBENCH_REQUIRE(c.capacity() >= k_len, "softmax config " << c.to_string() << " holds " << c.capacity()
+                                                            << " elements per row, k_len is " << k_len);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launchers
+
+template <class T>
+void launch_softmax_forward(T* y, const T* x, const SoftmaxShape& shape, float scale, const SoftmaxMask& mask,
+                            cudaStream_t stream, const SoftmaxConfig* config) {
+  SEQBENCH_NVTX_RANGE("softmax_fwd");
+  constexpr DType kDType = DTypeTraits<T>::dtype;
+  if (!validate_forward("softmax_forward", y, x, shape, scale, mask)) return;
+  const bool vec = softmax_vectorizable(kDType, shape.k_len, {y, x});
+  const SoftmaxConfig c = config ? *config : softmax_default_config(kDType, shape.k_len, vec);
+  validate_softmax_config(c, kDType, shape.k_len, vec);
+  forward_with(y, x, shape, scale, mask, stream, c);
+}
+
+template <class T>
+void launch_softmax_backward(T* dx, const T* dy, const T* y, const SoftmaxShape& shape, float scale,
+                             cudaStream_t stream, const SoftmaxConfig* config) {
+  SEQBENCH_NVTX_RANGE("softmax_bwd");
+  constexpr DType kDType = DTypeTraits<T>::dtype;
+  if (!validate_backward("softmax_backward", dx, dy, y, shape, scale)) return;
+  const bool vec = softmax_vectorizable(kDType, shape.k_len, {dx, dy, y});
+  const SoftmaxConfig c = config ? *config : softmax_default_config(kDType, shape.k_len, vec);
+  validate_softmax_config(c, kDType, shape.k_len, vec);
+  backward_with(dx, dy, y, shape, scale, stream, c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tuner
+
+SoftmaxTuner::SoftmaxTuner(int repetitions) : repetitions_(repetitions) {
+  SEQBENCH_REQUIRE(repetitions >= 1 && repetitions <= 1000,
+                   "SoftmaxTuner: repetitions " << repetitions << " must be in [1, 1000]");
+}
+
+namespace {
+
+// Times every candidate on the caller's stream: one warm-up launch, then `repetitions` launches
+// between two events. Returns the entry with the fastest as its choice.
+template <class Run>
+SoftmaxTuner::Entry tune(const std::vector<SoftmaxConfig>& candidates, const SoftmaxConfig& heuristic,
+                         int repetitions, cudaStream_t stream, Run&& run) {
+  SoftmaxTuner::Entry entry;
+  entry.heuristic = heuristic;
+  Event start, stop;
+  double best = INFINITY;
+  for (const SoftmaxConfig& c : candidates) {
+    run(c);
+    start.record(stream);
+    for (int r = 0; r < repetitions; ++r) run(c);
+    stop.record(stream);
+    stop.synchronize();
+    const double ms = static_cast<double>(stop.elapsed_ms_since(start)) / repetitions;
+    entry.timings.push_back({c, ms});
+    if (ms < best) {
+      best = ms;
+      entry.choice = c;
+    }
+  }
+  return entry;
+}
+
+}  // namespace
+
+template <class T>
+void SoftmaxTuner::forward(T* y, const T* x, const SoftmaxShape& shape, float scale, const SoftmaxMask& mask,
+                           cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("softmax_fwd_tuned");
+  constexpr DType kDType = DTypeTraits<T>::dtype;
+  if (!validate_forward("SoftmaxTuner::forward", y, x, shape, scale, mask)) return;
+  const bool vec = softmax_vectorizable(kDType, shape.k_len, {y, x});
+  const Key key{kDType, false, vec, softmax_k_len_bucket(shape.k_len)};
+  SoftmaxConfig config;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      SEQBENCH_REQUIRE(
+          static_cast<const void*>(y) != static_cast<const void*>(x),
+          "SoftmaxTuner::forward: tuning writes y repeatedly, so it cannot run in place (y == x)");
+      Entry e = tune(softmax_candidate_configs(kDType, shape.k_len, vec),
+                     softmax_default_config(kDType, shape.k_len, vec), repetitions_, stream,
+                     [&](const SoftmaxConfig& c) { forward_with(y, x, shape, scale, mask, stream, c); });
+      e.rows = shape.rows();
+      e.k_len = shape.k_len;
+      it = cache_.emplace(key, std::move(e)).first;
+    }
+    config = it->second.choice;
+  }
+  validate_softmax_config(config, kDType, shape.k_len, vec);
+  forward_with(y, x, shape, scale, mask, stream, config);
+}
+
+template <class T>
+void SoftmaxTuner::backward(T* dx, const T* dy, const T* y, const SoftmaxShape& shape, float scale,
+                            cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("softmax_bwd_tuned");
+  constexpr DType kDType = DTypeTraits<T>::dtype;
+  if (!validate_backward("SoftmaxTuner::backward", dx, dy, y, shape, scale)) return;
+  const bool vec = softmax_vectorizable(kDType, shape.k_len, {dx, dy, y});
+  const Key key{kDType, true, vec, softmax_k_len_bucket(shape.k_len)};
+  SoftmaxConfig config;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      SEQBENCH_REQUIRE(static_cast<const void*>(dx) != static_cast<const void*>(dy) &&
+                           static_cast<const void*>(dx) != static_cast<const void*>(y),
+                       "SoftmaxTuner::backward: tuning writes dx repeatedly, so it cannot run in place");
+      Entry e = tune(softmax_candidate_configs(kDType, shape.k_len, vec),
+                     softmax_default_config(kDType, shape.k_len, vec), repetitions_, stream,
+                     [&](const SoftmaxConfig& c) { backward_with(dx, dy, y, shape, scale, stream, c); });
+      e.rows = shape.rows();
+      e.k_len = shape.k_len;
+      it = cache_.emplace(key, std::move(e)).first;
+    }
+    config = it->second.choice;
+  }
+  validate_softmax_config(config, kDType, shape.k_len, vec);
+  backward_with(dx, dy, y, shape, scale, stream, config);
+}
+
+const SoftmaxTuner::Entry* SoftmaxTuner::find(const Key& key) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = cache_.find(key);
+  return it == cache_.end() ? nullptr : &it->second;
+}
+
+std::size_t SoftmaxTuner::size() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.size();
+}
+
+std::string SoftmaxTuner::to_json() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream os;
+  os << "{\"repetitions\": " << repetitions_ << ", \"entries\": [";
+  bool first = true;
+  for (const auto& [key, e] : cache_) {
+    os << (first ? "" : ", ") << "{\"dtype\": \"" << dtype_name(key.dtype) << "\", \"direction\": \""
+       << (key.backward ? "backward" : "forward")
+       << "\", \"vectorized\": " << (key.vectorized ? "true" : "false")
+       << ", \"k_len_bucket\": " << key.bucket << ", \"tuned_on\": {\"rows\": " << e.rows
+       << ", \"k_len\": " << e.k_len << "}, \"choice\": " << json_config(e.choice)
+       << ", \"heuristic\": " << json_config(e.heuristic) << ", \"timings_ms\": [";
+    for (std::size_t i = 0; i < e.timings.size(); ++i)
+      os << (i ? ", " : "") << "{\"config\": \"" << e.timings[i].config.to_string()
+         << "\", \"ms\": " << e.timings[i].ms << "}";
+    os << "]}";
+    first = false;
+  }
+  os << "]}";
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The unfused baseline
+
+namespace {
+struct UnfusedForwardLayout {
+  std::size_t z = 0, max = 0, sum = 0, total = 0;
+};
+UnfusedForwardLayout unfused_forward_layout(DType dtype, const SoftmaxShape& s) {
+  UnfusedForwardLayout l;
+  const auto rows = static_cast<std::size_t>(s.rows());
+  l.max = align_up(tensor_bytes(dtype, s), kUnfusedAlign);
+  l.sum = l.max + align_up(rows * sizeof(float), kUnfusedAlign);
+  l.total = rows == 0 || s.k_len == 0 ? 0 : l.sum + align_up(rows * sizeof(float), kUnfusedAlign);
+  return l;
+}
+}  // namespace
+
+std::size_t softmax_unfused_forward_workspace_bytes(DType dtype, const SoftmaxShape& shape) {
+  require_shape("softmax_unfused_forward_workspace_bytes", shape, 1.0f);
+  return unfused_forward_layout(dtype, shape).total;
+}
+
+std::size_t softmax_unfused_backward_workspace_bytes(DType dtype, const SoftmaxShape& shape) {
+  if (!require_shape("softmax_unfused_backward_workspace_bytes", shape, 1.0f)) return 0;
+  return align_up(tensor_bytes(dtype, shape), kUnfusedAlign) +
+         align_up(static_cast<std::size_t>(shape.rows()) * sizeof(float), kUnfusedAlign);
+}
+
+template <class T>
+void launch_softmax_forward_unfused(T* y, const T* x, const SoftmaxShape& shape, float scale,
+                                    const SoftmaxMask& mask, void* workspace, std::size_t workspace_bytes,
+                                    cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("softmax_fwd_unfused");
+  constexpr const char* kWhat = "softmax_forward_unfused";
+  if (!validate_forward(kWhat, y, x, shape, scale, mask)) return;
+  const UnfusedForwardLayout l = unfused_forward_layout(DTypeTraits<T>::dtype, shape);
+  require_workspace(kWhat, workspace, workspace_bytes, l.total);
+  auto* base = static_cast<unsigned char*>(workspace);
+  T* z = reinterpret_cast<T*>(base + l.z);
+  auto* mx = reinterpret_cast<float*>(base + l.max);
+  auto* sum = reinterpret_cast<float*>(base + l.sum);
+  const std::int64_t rows = shape.rows(), n = rows * shape.k_len;
+  const int k_len = static_cast<int>(shape.k_len);
+  const unsigned grid_n = elementwise_blocks(kWhat, n);
+  const int row_threads = unfused_row_threads(shape.k_len);
+  unfused_scale_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(z, x, scale, n);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  if (mask.causal || mask.key_lengths) {
+    unfused_mask_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(z, row_mask(shape, mask), n);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  }
+  unfused_row_max_kernel<T><<<static_cast<unsigned>(rows), row_threads, 0, stream>>>(mx, z, k_len);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  unfused_exp_sum_kernel<T><<<static_cast<unsigned>(rows), row_threads, 0, stream>>>(z, sum, mx, k_len);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  unfused_divide_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(y, z, sum, n, k_len);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_softmax_backward_unfused(T* dx, const T* dy, const T* y, const SoftmaxShape& shape, float scale,
+                                     void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("softmax_bwd_unfused");
+  constexpr const char* kWhat = "softmax_backward_unfused";
+  if (!validate_backward(kWhat, dx, dy, y, shape, scale)) return;
+  const std::size_t needed = softmax_unfused_backward_workspace_bytes(DTypeTraits<T>::dtype, shape);
+  require_workspace(kWhat, workspace, workspace_bytes, needed);
+  auto* base = static_cast<unsigned char*>(workspace);
+  T* t = reinterpret_cast<T*>(base);
+  auto* dot =
+      reinterpret_cast<float*>(base + align_up(tensor_bytes(DTypeTraits<T>::dtype, shape), kUnfusedAlign));
+  const std::int64_t rows = shape.rows(), n = rows * shape.k_len;
+  const int k_len = static_cast<int>(shape.k_len);
+  const unsigned grid_n = elementwise_blocks(kWhat, n);
+  unfused_mul_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(t, dy, y, n);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  unfused_row_sum_kernel<T>
+      <<<static_cast<unsigned>(rows), unfused_row_threads(shape.k_len), 0, stream>>>(dot, t, k_len);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  unfused_sub_mul_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(dx, y, dy, dot, n, k_len);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  unfused_scale_inplace_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(dx, scale, n);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explicit instantiations: the one place the three element types are named.
+
+#define SEQBENCH_SOFTMAX_INSTANTIATE(T)                                                                      \
+  template void launch_softmax_forward<T>(T*, const T*, const SoftmaxShape&, float, const SoftmaxMask&,      \
+                                          cudaStream_t, const SoftmaxConfig*);                               \
+  template void launch_softmax_backward<T>(T*, const T*, const T*, const SoftmaxShape&, float, cudaStream_t, \
+                                           const SoftmaxConfig*);                                            \
+  template void SoftmaxTuner::forward<T>(T*, const T*, const SoftmaxShape&, float, const SoftmaxMask&,       \
+                                         cudaStream_t);                                                      \
+  template void SoftmaxTuner::backward<T>(T*, const T*, const T*, const SoftmaxShape&, float, cudaStream_t); \
+  template void launch_softmax_forward_unfused<T>(T*, const T*, const SoftmaxShape&, float,                  \
+                                                  const SoftmaxMask&, void*, std::size_t, cudaStream_t);     \
+  template void launch_softmax_backward_unfused<T>(T*, const T*, const T*, const SoftmaxShape&, float,       \
+                                                   void*, std::size_t, cudaStream_t);
+
+SEQBENCH_SOFTMAX_INSTANTIATE(float)
+SEQBENCH_SOFTMAX_INSTANTIATE(__half)
+SEQBENCH_SOFTMAX_INSTANTIATE(__nv_bfloat16)
+
+#undef SEQBENCH_SOFTMAX_INSTANTIATE
+
+}  // namespace seqbench::kernels

@@ -1,11 +1,11 @@
 // The memory suite (CPU): its checks pass, its accounting holds the paper's numbers, and the
 // accounting's JSON has the documented shape.
-#include "suites/suite_memory.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
+
+#include "suites/suite_memory.h"
 
 namespace seqbench {
 namespace {

@@ -1,0 +1,377 @@
+// The pieces the three dropout families (dropout, bias+act+dropout, bias+dropout+residual) share,
+// so that none of them copies another:
+//   1. keep bits: K consecutive keep decisions from K/4 Philox calls, bit for bit equal to
+//      philox_keep() and so to reference/dropout.h make_dropout_mask (host and device);
+//   2. the bit-packed mask layout and its host emulation (what a CPU test compares against);
+//   3. argument validation shared by the launchers (host);
+//   4. the row-tiled [rows, cols] skeleton of the bias epilogues: a kernel template that applies
+//      an element function with a per-column bias and an optional dropout mask, and optionally
+//      reduces its results over rows into per-block column partials (the deterministic bias
+//      gradient), plus the fixed-order kernel that sums the partials (device, .cu files only).
+// Not a public API (namespace seqbench::kernels::dropout_detail): include it from kernels/*.cu, the
+// families' suites and the tests that emulate the layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/philox.h"
+#include "kernels/dropout.h"
+#include "kernels/packed.h"
+
+#if defined(__CUDA_ARCH__)
+#define SEQBENCH_DROPOUT_UNROLL _Pragma("unroll")
+#else
+#define SEQBENCH_DROPOUT_UNROLL
+#endif
+
+namespace seqbench::kernels::dropout_detail {
+
+// ---------------------------------------------------------------------------------------------
+// 1. Keep bits (host and device).
+
+// The factor applied to kept elements, computed once on the host and passed to the kernels:
+// 1/(1-p) in float, and 0 for p = 1 (everything dropped: 0, not 0·inf = NaN).
+SEQBENCH_HD inline float dropout_keep_scale(float p) {
+  return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+// Keep bits of the `count` (<= 32) consecutive elements first .. first+count-1: bit j is
+// philox_keep(seed, offset, first + j, p). Any `first`: a span that straddles Philox groups
+// draws each group it touches once (at most count/4 + 1 calls).
+SEQBENCH_HD inline std::uint32_t dropout_keep_bits(std::uint64_t seed, std::uint64_t offset,
+                                                   std::uint64_t first, int count, float p) {
+  std::uint32_t bits = 0;
+  std::uint64_t group = first >> 2;
+  PhiloxWords words = philox_group(seed, offset, group);
+  for (int j = 0; j < count; ++j) {
+    const std::uint64_t index = first + static_cast<std::uint64_t>(j);
+    if ((index >> 2) != group) {
+      group = index >> 2;
+      words = philox_group(seed, offset, group);
+    }
+    if (bits_to_unit_float(words.w[index & 3]) >= p) bits |= 1u << j;
+  }
+  return bits;
+}
+
+// The fast case of dropout_keep_bits: `first` a multiple of 4 and K (a multiple of 4, <= 32)
+// elements, so exactly K/4 Philox calls, each giving the 4 draws of 4 consecutive elements.
+template <int K>
+SEQBENCH_HD inline std::uint32_t dropout_keep_bits_aligned(std::uint64_t seed, std::uint64_t offset,
+                                                           std::uint64_t first, float p) {
+  static_assert(K % 4 == 0 && K <= 32, "K must be a multiple of 4, at most 32");
+  std::uint32_t bits = 0;
+  SEQBENCH_DROPOUT_UNROLL
+  for (int q = 0; q < K / 4; ++q) {
+    const PhiloxWords words = philox_group(seed, offset, (first >> 2) + static_cast<std::uint64_t>(q));
+    SEQBENCH_DROPOUT_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      bits |= (bits_to_unit_float(words.w[k]) >= p ? 1u : 0u) << (4 * q + k);
+    }
+  }
+  return bits;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The bit-packed layout (kernels/dropout.h): bit i%8 of byte i/8, in whole uint32 words.
+
+SEQBENCH_HD inline bool dropout_mask_bit(const std::uint8_t* mask, std::size_t i) {
+  return ((mask[i >> 3] >> (i & 7)) & 1u) != 0;
+}
+
+// Host emulation of the packing: keep[i] != 0 becomes bit i; dropout_mask_bytes(n) bytes, the
+// padding bits 0. A CPU test packs reference/ masks with this, a GPU test compares the kernel's.
+inline std::vector<std::uint8_t> pack_dropout_mask(const std::uint8_t* keep, std::size_t n) {
+  std::vector<std::uint8_t> packed(dropout_mask_bytes(n), 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (keep[i] != 0) packed[i >> 3] = static_cast<std::uint8_t>(packed[i >> 3] | (1u << (i & 7)));
+  }
+  return packed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Argument validation (host). Each names the operation, the value and the limit.
+
+inline void require_dropout_probability(float p, const char* op) {
+  SEQBENCH_REQUIRE(p >= 0.0f && p <= 1.0f, op << ": dropout probability p = " << p << " is outside [0, 1]");
+}
+
+inline void require_non_null(const void* ptr, const char* op, const char* name) {
+  SEQBENCH_REQUIRE(ptr != nullptr, op << ": " << name << " is null");
+}
+
+// Outputs are written through __restrict__ pointers, so no output may share a byte with an input.
+inline void require_disjoint(const void* out, std::size_t out_bytes, const void* in, std::size_t in_bytes,
+                             const char* op, const char* out_name, const char* in_name) {
+  if (out == nullptr || in == nullptr || out_bytes == 0 || in_bytes == 0) return;
+  const auto o = reinterpret_cast<std::uintptr_t>(out);
+  const auto i = reinterpret_cast<std::uintptr_t>(in);
+  SEQBENCH_REQUIRE(o + out_bytes <= i || i + in_bytes <= o, op << ": output " << out_name
+                                                               << " overlaps input " << in_name
+                                                               << " (in-place is not supported)");
+}
+
+// [rows, cols] activations: sizes >= 0, cols <= 2^31 - 1 (one grid row of column tiles), and
+// rows·cols representable with room to spare (the kernels index in 64 bits).
+inline void require_matrix_shape(std::int64_t rows, std::int64_t cols, const char* op) {
+  SEQBENCH_REQUIRE(rows >= 0 && cols >= 0, op << ": shape " << rows << "x" << cols << " is negative");
+  SEQBENCH_REQUIRE(cols <= std::numeric_limits<std::int32_t>::max(),
+                   op << ": cols " << cols << " > " << std::numeric_limits<std::int32_t>::max());
+  SEQBENCH_REQUIRE(cols == 0 || rows <= (std::int64_t{1} << 62) / cols,
+                   op << ": rows·cols = " << rows << "·" << cols << " exceeds 2^62 elements");
+}
+
+inline void require_workspace(const void* workspace, std::size_t have, std::size_t need, const char* op) {
+  SEQBENCH_REQUIRE(have >= need, op << ": workspace of " << have << " bytes, needs " << need);
+  if (need == 0) return;
+  require_non_null(workspace, op, "workspace");
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % alignof(float) == 0,
+                   op << ": workspace is not " << alignof(float) << "-byte aligned");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The row-tiled skeleton of the bias epilogues.
+//
+// A block is kTileCols x kTileRows threads. threadIdx.x picks one vector of K = 16/sizeof(T)
+// consecutive columns (so a block spans 32·K columns: 128 fp32 or 256 fp16/bf16); threadIdx.y
+// picks every 8th row of the block's row range. grid = (ceil(cols / (32·K)), row_blocks). Each
+// thread loads its K bias values once and keeps them in registers for all its rows.
+//
+// The row-range plan is a function of the shape only (never of the device), so the bias
+// gradient's summation order, and with it the bitwise result, is the same on every GPU:
+// about kTargetBlocks nominal 256-column blocks, at least kMinRowsPerBlock rows each, and never
+// more than kTargetBlocks row blocks (so grid.y stays far below its 65535 limit and the column
+// partials stay small next to the data: row_blocks·cols floats).
+inline constexpr int kTileCols = 32;
+inline constexpr int kTileRows = 8;
+inline constexpr int kTileThreads = kTileCols * kTileRows;
+inline constexpr std::int64_t kTargetBlocks = 1024;
+inline constexpr std::int64_t kMinRowsPerBlock = 32;
+
+// The final bias-gradient reduction's block (see bias_grad_reduce_kernel).
+inline constexpr int kReduceCols = 32;
+inline constexpr int kReduceRows = 16;
+
+struct RowTilePlan {
+  std::int64_t rows_per_block = 0;  // a multiple of kTileRows
+  std::int64_t row_blocks = 0;      // grid.y; 0 when rows or cols is 0
+};
+
+inline RowTilePlan make_row_tile_plan(std::int64_t rows, std::int64_t cols) {
+  RowTilePlan plan;
+  if (rows <= 0 || cols <= 0) return plan;
+  const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  const std::int64_t col_groups = ceil_div(cols, 256);
+  const std::int64_t want_row_blocks = col_groups >= kTargetBlocks ? 1 : ceil_div(kTargetBlocks, col_groups);
+  std::int64_t per_block = ceil_div(ceil_div(rows, want_row_blocks), kTileRows) * kTileRows;
+  if (per_block < kMinRowsPerBlock) per_block = kMinRowsPerBlock;
+  plan.rows_per_block = per_block;
+  plan.row_blocks = ceil_div(rows, per_block);
+  return plan;
+}
+
+// Bytes of the float column partials [row_blocks, cols] a bias-gradient backward needs.
+inline std::size_t bias_grad_workspace_bytes(std::int64_t rows, std::int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 0;
+  const RowTilePlan plan = make_row_tile_plan(rows, cols);
+  return static_cast<std::size_t>(plan.row_blocks) * static_cast<std::size_t>(cols) * sizeof(float);
+}
+
+}  // namespace seqbench::kernels::dropout_detail
+
+#if defined(__CUDACC__)
+
+#include "core/cuda_check.h"
+
+namespace seqbench::kernels::dropout_detail {
+
+// What one row-tiled launch works on. The element function decides what the inputs mean.
+template <class T>
+struct RowTileArgs {
+  T* out = nullptr;           // [rows, cols]; null for a pure reduction (the unfused column sum)
+  const T* in0 = nullptr;     // [rows, cols]
+  const T* in1 = nullptr;     // [rows, cols], read when kInputs == 2
+  const T* bias = nullptr;    // [cols], read when kBias
+  float* partials = nullptr;  // [row_blocks, cols], written when kReduce
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t rows_per_block = 0;
+  float p = 0.0f;  // drop probability, used when kMask
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  bool vector_path = false;  // cols % K == 0 and every pointer 16-byte aligned
+};
+
+// True when every non-null pointer is 16-byte aligned and rows are whole vectors, so that every
+// thread's K columns are one Packed<T> access and start on a Philox group (K is a multiple of 4).
+template <class T>
+bool row_tile_vector_ok(const RowTileArgs<T>& a) {
+  constexpr int K = Packed<T>::kSize;
+  const auto aligned = [](const void* ptr) {
+    return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
+  };
+  return a.cols % K == 0 && aligned(a.out) && aligned(a.in0) && aligned(a.in1) && aligned(a.bias);
+}
+
+// K elements to float: one 16-byte load when `whole`, else `count` scalar loads (rest 0).
+template <class T, int K>
+__device__ __forceinline__ void load_floats(const T* __restrict__ src, float (&v)[K], int count, bool whole) {
+  if (whole) {
+    const Packed<T, K> packed = Packed<T, K>::load(src);
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = to_float(packed.v[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = k < count ? to_float(src[k]) : 0.0f;
+  }
+}
+
+template <class T, int K>
+__device__ __forceinline__ void store_floats(T* __restrict__ dst, const float (&v)[K], int count,
+                                             bool whole) {
+  if (whole) {
+    Packed<T, K> packed;
+#pragma unroll
+    for (int k = 0; k < K; ++k) packed.v[k] = from_float<T>(v[k]);
+    packed.store(dst);
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (k < count) dst[k] = from_float<T>(v[k]);
+    }
+  }
+}
+
+// out[r, c] = fn(in0[r, c], in1[r, c], bias[c], keep(r·cols + c)) in float, rounded once to T;
+// with kReduce, also partials[blockIdx.y, c] = Σ over the block's rows of that float value, in a
+// fixed order (each thread's rows in increasing order, then the 8 row lanes in order).
+template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, class Fn>
+__global__ void __launch_bounds__(kTileThreads) row_tile_kernel(const RowTileArgs<T> args, const Fn fn) {
+  constexpr int K = Packed<T>::kSize;
+  T* __restrict__ out = args.out;
+  const T* __restrict__ in0 = args.in0;
+  const T* __restrict__ in1 = args.in1;
+  const std::int64_t cols = args.cols;
+  const std::int64_t col0 = (static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x) * K;
+  const int count = col0 < cols ? static_cast<int>(cols - col0 < K ? cols - col0 : K) : 0;
+  const bool whole = args.vector_path && count == K;
+
+  float bias[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) bias[k] = 0.0f;
+  if constexpr (kBias) {
+    if (count > 0) load_floats<T, K>(args.bias + col0, bias, count, whole);
+  }
+
+  float acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+
+  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * args.rows_per_block;
+  const std::int64_t row_end =
+      args.rows - row_begin < args.rows_per_block ? args.rows : row_begin + args.rows_per_block;
+  if (count > 0) {
+#pragma unroll 2
+    for (std::int64_t r = row_begin + threadIdx.y; r < row_end; r += kTileRows) {
+      const std::int64_t first = r * cols + col0;
+      float a[K], b[K];
+      load_floats<T, K>(in0 + first, a, count, whole);
+      if constexpr (kInputs == 2) {
+        load_floats<T, K>(in1 + first, b, count, whole);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) b[k] = 0.0f;
+      }
+      std::uint32_t keep = ~0u;
+      if constexpr (kMask) {
+        const auto index = static_cast<std::uint64_t>(first);
+        keep = whole ? dropout_keep_bits_aligned<K>(args.seed, args.offset, index, args.p)
+                     : dropout_keep_bits(args.seed, args.offset, index, count, args.p);
+      }
+      float result[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) result[k] = fn(a[k], b[k], bias[k], ((keep >> k) & 1u) != 0);
+      if constexpr (kReduce) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) acc[k] += result[k];
+      }
+      if (out != nullptr) store_floats<T, K>(out + first, result, count, whole);
+    }
+  }
+
+  if constexpr (kReduce) {
+    // Combine the 8 row lanes of each column in order, then one float per column per block.
+    __shared__ float lane_sums[kTileRows][kTileCols * K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) lane_sums[threadIdx.y][threadIdx.x * K + k] = acc[k];
+    __syncthreads();
+    const int t = static_cast<int>(threadIdx.y) * kTileCols + static_cast<int>(threadIdx.x);
+    for (int c = t; c < kTileCols * K; c += kTileThreads) {
+      const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols * K + c;
+      if (col >= cols) continue;
+      float sum = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kTileRows; ++y) sum += lane_sums[y][c];
+      args.partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = sum;
+    }
+  }
+}
+
+template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, class Fn>
+void launch_row_tile(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
+  constexpr int K = Packed<T>::kSize;
+  const RowTilePlan plan = make_row_tile_plan(args.rows, args.cols);
+  if (plan.row_blocks == 0) return;
+  args.rows_per_block = plan.rows_per_block;
+  args.vector_path = row_tile_vector_ok(args);
+  const std::int64_t col_tiles = (args.cols + kTileCols * K - 1) / (kTileCols * K);
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(plan.row_blocks));
+  row_tile_kernel<T, kInputs, kBias, kMask, kReduce, Fn>
+      <<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(args, fn);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// dbias[c] = Σ_b partials[b, c] over b = 0 .. row_blocks-1 in a fixed order: row lane y sums
+// b = y, y+16, ... in increasing order, then the 16 lanes are added in order. Block
+// kReduceCols x kReduceRows, one column per threadIdx.x (coalesced across columns).
+// row_blocks = 0 writes zeros.
+
+template <class T>
+__global__ void __launch_bounds__(kReduceCols* kReduceRows)
+    bias_grad_reduce_kernel(T* __restrict__ dbias, const float* __restrict__ partials,
+                            std::int64_t row_blocks, std::int64_t cols) {
+  __shared__ float lane_sums[kReduceRows][kReduceCols + 1];  // +1: no bank conflicts on the column read
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kReduceCols + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (std::int64_t b = threadIdx.y; b < row_blocks; b += kReduceRows) sum += partials[b * cols + col];
+  }
+  lane_sums[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+#pragma unroll
+    for (int y = 0; y < kReduceRows; ++y) total += lane_sums[y][threadIdx.x];
+    dbias[col] = from_float<T>(total);
+  }
+}
+
+template <class T>
+void launch_bias_grad_reduce(T* dbias, const float* partials, std::int64_t rows, std::int64_t cols,
+                             cudaStream_t stream) {
+  if (cols == 0) return;
+  const RowTilePlan plan = make_row_tile_plan(rows, cols);
+  const std::int64_t blocks = (cols + kReduceCols - 1) / kReduceCols;
+  bias_grad_reduce_kernel<T><<<static_cast<unsigned>(blocks), dim3(kReduceCols, kReduceRows), 0, stream>>>(
+      dbias, partials, plan.row_blocks, cols);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace seqbench::kernels::dropout_detail
+
+#endif  // __CUDACC__
