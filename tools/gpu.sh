@@ -9,6 +9,9 @@
 # Logs and a tarball of the new reports go to $OUT (or ./gpu-out) so they come back from a lease.
 #
 #   tools/gpu.sh [--quick] [suite ...]      default: every suite
+#   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run); a lease's
+#                                           call is limited to 10 minutes, so a full pass may take
+#                                           several calls: build/gpu stays while the machine is warm.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-out}
@@ -22,13 +25,17 @@ for arg in "$@"; do
   esac
 done
 export PATH="/usr/local/cuda/bin:$PATH"
+stages=" ${STAGES:-build test sanitize run} "
+want() { [[ "$stages" == *" $1 "* ]]; }
 summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/nvidia-smi.txt" 2>&1
 
 build=build/gpu
-if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
+if ! want build; then
+  step build skipped
+elif cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
      -DSEQBENCH_PTXAS_VERBOSE=ON >"$out/configure.log" 2>&1 &&
    cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1; then
   step build ok
@@ -37,11 +44,15 @@ else
 fi
 grep -E "spill|Used [0-9]+ registers" "$out/build.log" | sort | uniq -c | sort -rn | head -n 40 >"$out/ptxas-summary.txt"
 
-ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1 && step ctest ok || step ctest FAILED
-step "ctest result" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n 1)"
-step "ctest skipped" "$(grep -c 'Skipped' "$out/ctest.log")"
+if want test; then
+  ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1 && step ctest ok || step ctest FAILED
+  step "ctest result" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n 1)"
+  step "ctest skipped" "$(grep -c 'Skipped' "$out/ctest.log")"
+fi
 
-if command -v compute-sanitizer >/dev/null 2>&1; then
+if ! want sanitize; then
+  step compute-sanitizer skipped
+elif command -v compute-sanitizer >/dev/null 2>&1; then
   san_status=ok
   for bin in "$build"/tests/*/*gpu_test "$build"/tests/kernels/*_test; do
     [ -x "$bin" ] || continue
@@ -60,12 +71,14 @@ slug=$("$build"/suites/seqbench info --json | python3 -c 'import json,re,sys
 d=json.load(sys.stdin)["device"]
 print(re.sub(r"[^a-z0-9]+","-",d["name"].lower()).strip("-") if d else "cpu")')
 dir=reports/$slug
-if "$build"/suites/seqbench run "${quick[@]}" "${suites[@]}" --out "$dir" 2>&1 | tee "$out/run.log"; then
+if ! want run; then
+  step "seqbench run" skipped
+elif "$build"/suites/seqbench run "${quick[@]}" "${suites[@]}" --out "$dir" 2>&1 | tee "$out/run.log"; then
   step "seqbench run" ok
 else
   step "seqbench run" FAILED
 fi
-if ls "$dir"/*.json >/dev/null 2>&1; then
+if want run && ls "$dir"/*.json >/dev/null 2>&1; then
   "$build"/suites/seqbench table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
   tar -cf "$out/reports.tar" "$dir"
 fi

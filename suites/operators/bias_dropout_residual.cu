@@ -30,14 +30,14 @@
 #include "kernels/dropout_mask.h"
 #include "reference/bias_dropout_residual.h"
 #include "reference/dropout.h"
-#include "suites/operators/dropout_family_checks.h"
+#include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 
 namespace seqbench::operators {
 namespace {
 
 using kernels::DropoutConfig;
-using namespace dropout_family;
+using namespace check_util;
 
 constexpr float kBenchP = 0.1f;
 constexpr std::uint64_t kBenchSeed = 20240919;
@@ -161,11 +161,6 @@ struct Tallies {
 };
 
 template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
-
-template <class T>
 void check_case(const MatrixCase& c, Tallies& t) {
   const DType dtype = DTypeTraits<T>::dtype;
   const double u = unit_roundoff(dtype), v = unit_roundoff(DType::f32), eta = underflow_error(dtype);
@@ -194,29 +189,14 @@ void check_case(const MatrixCase& c, Tallies& t) {
   bias_d.upload(bias);
   const std::size_t ws_bytes = kernels::bias_dropout_residual_bwd_workspace_bytes(c.rows, c.cols);
 
-  std::vector<T> y_first, dx_first, dbias_first;
-  for (int run = 0; run < 2; ++run) {
-    Guarded<T> y(n, c.off_out), dx(n, c.off_out2), dbias(static_cast<std::size_t>(c.cols), c.off_bias);
-    DeviceBuffer<unsigned char> workspace(ws_bytes);
-    workspace.fill_bytes(0xFF);
-    kernels::launch_bias_dropout_residual_fwd<T>(y.data(), x_d.data(), bias_d.data(), r_d.data(), c.rows,
-                                                 c.cols, config, nullptr);
-    kernels::launch_bias_dropout_residual_bwd<T>(dx.data(), dbias.data(), dy_d.data(), c.rows, c.cols, config,
-                                                 workspace.data(), ws_bytes, nullptr);
-    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<T> got_y = y.download(run == 0 ? t.fwd : t.repeat, where);
-    const std::vector<T> got_dx = dx.download(run == 0 ? t.bwd_dx : t.repeat, where);
-    const std::vector<T> got_dbias = dbias.download(run == 0 ? t.bwd_dbias : t.repeat, where);
-    if (run == 1) {
-      t.repeat.add_exact(same_bits(got_y, y_first), where, "second forward differs bitwise");
-      t.repeat.add_exact(same_bits(got_dx, dx_first), where, "second backward dx differs bitwise");
-      t.repeat.add_exact(same_bits(got_dbias, dbias_first), where, "second backward dbias differs bitwise");
-      break;
-    }
-    y_first = got_y;
-    dx_first = got_dx;
-    dbias_first = got_dbias;
-  }
+  const FusedOutputs<T> fused =
+      run_fused_twice<T>(c, ws_bytes, t, where, [&](T* y, T* dx, T* dbias, unsigned char* workspace) {
+        kernels::launch_bias_dropout_residual_fwd<T>(y, x_d.data(), bias_d.data(), r_d.data(), c.rows, c.cols,
+                                                     config, nullptr);
+        kernels::launch_bias_dropout_residual_bwd<T>(dx, dbias, dy_d.data(), c.rows, c.cols, config,
+                                                     workspace, ws_bytes, nullptr);
+      });
+  const std::vector<T>&y_first = fused.y, &dx_first = fused.dx, &dbias_first = fused.dbias;
 
   // The unfused baseline as the experiments run it.
   Guarded<T> z(n, c.off_out), d(n, c.off_out2), y_u(n, c.off_out), dx_u(n, c.off_out2);
@@ -298,14 +278,7 @@ void add_bias_dropout_residual_experiments(SuiteSpec& suite, const SuiteOptions&
 }
 
 std::vector<CheckResult> bias_dropout_residual_gpu_checks(std::uint64_t seed) {
-  std::vector<CheckResult> all;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    dispatch_dtype(dtype, [&](auto tag) {
-      const auto results = checks_for<decltype(tag)>(seed);
-      all.insert(all.end(), results.begin(), results.end());
-    });
-  }
-  return all;
+  return checks_for_all_dtypes([&](auto tag) { return checks_for<decltype(tag)>(seed); });
 }
 
 }  // namespace seqbench::operators

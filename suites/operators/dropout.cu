@@ -35,14 +35,14 @@
 #include "kernels/dropout.h"
 #include "kernels/dropout_mask.h"
 #include "reference/dropout.h"
-#include "suites/operators/dropout_family_checks.h"
+#include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 
 namespace seqbench::operators {
 namespace {
 
 using kernels::DropoutConfig;
-using namespace dropout_family;
+using namespace check_util;
 
 constexpr float kBenchP = 0.1f;  // the Transformer default
 constexpr std::uint64_t kBenchSeed = 20240917;
@@ -363,15 +363,12 @@ void add_dropout_experiments(SuiteSpec& suite, const SuiteOptions& options) {
 }
 
 std::vector<CheckResult> dropout_gpu_checks(std::uint64_t seed) {
-  std::vector<CheckResult> all;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    dispatch_dtype(dtype, [&](auto tag) {
-      using T = decltype(tag);
-      auto results = dropout_checks_for<T>(seed);
-      all.insert(all.end(), results.begin(), results.end());
-      all.push_back(determinism_check<T>(seed));
-    });
-  }
+  std::vector<CheckResult> all = checks_for_all_dtypes([&](auto tag) {
+    using T = decltype(tag);
+    auto results = dropout_checks_for<T>(seed);
+    results.push_back(determinism_check<T>(seed));
+    return results;
+  });
   auto rates = keep_rate_checks(seed);
   all.insert(all.end(), rates.begin(), rates.end());
   return all;

@@ -23,30 +23,22 @@
 #include "core/philox.h"
 #include "kernels/layernorm.h"
 #include "reference/layernorm.h"
+#include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 
 namespace seqbench::operators {
 namespace {
 
+using check_util::fill;
+using check_util::kU32;
+using check_util::ScaledTally;
 using kernels::LayerNormStats;
+// Guard elements on both sides of every tensor; an odd element offset forces the scalar path.
+template <class T>
+using Guarded = check_util::Guarded<T, check_util::GuardAt::both_ends>;
 
 // ---------------------------------------------------------------------------------------------
 // Experiments
-
-// Uniform values in [lo, hi) from Philox (seed, index): inputs are never zeros, which can run
-// faster than data.
-template <class T>
-__global__ void layernorm_fill_kernel(T* out, std::size_t n, std::uint64_t seed, float lo, float hi) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
-    out[i] = from_float<T>(lo + (hi - lo) * philox_uniform(seed, 0, i));
-}
-
-template <class T>
-void fill(DeviceBuffer<T>& buffer, std::uint64_t seed, float lo, float hi) {
-  layernorm_fill_kernel<T><<<1024, 256>>>(buffer.data(), buffer.size(), seed, lo, hi);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
-}
 
 // Per element, as the fused kernels compute them (an fma counts 2, a division or rsqrt 1):
 // forward with Welford 7 for the statistics + 4 for the output; backward 14.
@@ -180,77 +172,9 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
 //   backward dx: tol = (1 + u_T)⁴(1 + (d + 10)·u) - 1; dgamma (x̂ in T): (1 + u_T)²(1 + (D + 4)·u) - 1;
 //   dbeta as fused.
 
-constexpr double kU32 = 1.0 / 16777216.0;  // 2^-24
-
 double tol_of(double u_t, int t_roundings, double fp32_ops) {
   return std::pow(1.0 + u_t, t_roundings) * (1.0 + fp32_ops * kU32) - 1.0;
 }
-
-// The worst case of one check over many shapes.
-struct Tally {
-  explicit Tally(std::string check_name) : name(std::move(check_name)) {}
-  std::string name;
-  bool passed = true;
-  double max_abs = 0.0;
-  double worst_ratio = 0.0, worst_tol = 0.0, worst_score = -1.0;
-  std::string worst_case, rule, failures;
-  int cases = 0;
-
-  // One tensor of one case: got/ref/scale per element.
-  void add(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& scale,
-           double tol, const std::string& what) {
-    double ratio = 0.0, abs_max = 0.0;
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      double err = std::abs(got[i] - ref[i]);
-      if (!(err <= std::numeric_limits<double>::max()))
-        err = std::numeric_limits<double>::infinity();  // NaN/inf
-      const double r = err / scale[i];
-      if (r > ratio || (std::isinf(r) && !std::isinf(ratio))) {
-        ratio = r;
-        at = i;
-      }
-      abs_max = std::max(abs_max, err);
-    }
-    max_abs = std::max(max_abs, abs_max);
-    const double score = ratio / tol;
-    if (!(ratio <= tol)) {
-      if (passed || failures.size() < 400) {
-        std::ostringstream os;
-        os << (failures.empty() ? "" : "; ") << what << " element " << at << ": got " << got[at] << ", want "
-           << ref[at] << " (|err|/s = " << ratio << " > " << tol << ")";
-        failures += os.str();
-      }
-      passed = false;
-    }
-    if (score > worst_score) {
-      worst_score = score;
-      worst_ratio = ratio;
-      worst_tol = tol;
-      worst_case = what;
-    }
-  }
-  void guard(std::size_t violations, const std::string& what) {
-    if (violations == 0) return;
-    passed = false;
-    failures += (failures.empty() ? "" : "; ") + what + ": " + std::to_string(violations) +
-                " element(s) outside the tensor were written";
-  }
-  CheckResult result() const {
-    CheckResult r;
-    r.name = name;
-    r.passed = passed && cases > 0;
-    r.max_abs_err = max_abs;
-    r.max_rel_err = worst_ratio;
-    r.tolerance = worst_tol;
-    std::ostringstream os;
-    os << cases << " random shapes; worst (largest |err|/s relative to its tolerance): " << worst_case
-       << "; rule: |got - ref| <= tol * s, " << rule;
-    if (!failures.empty()) os << "; FAILED: " << failures;
-    r.detail = os.str();
-    return r;
-  }
-};
 
 struct Shape {
   std::int64_t rows;
@@ -279,34 +203,6 @@ std::vector<Shape> check_shapes(std::mt19937_64& rng) {
   return shapes;
 }
 
-// A device tensor with poisoned guard elements around it, at an element offset that forces the
-// scalar path when it is odd.
-template <class T>
-struct Guarded {
-  static constexpr std::size_t kGuard = 16;
-  DeviceBuffer<T> buffer;
-  std::size_t offset = 0, count = 0;
-  Guarded(std::size_t n, std::size_t off) : buffer(n + 2 * kGuard), offset(kGuard + off), count(n) {}
-  T* get() { return buffer.data() + offset; }
-  void poison() { buffer.fill_bytes(0xFF); }
-  void upload(const std::vector<T>& host) {
-    if (count) SEQBENCH_CUDA_CHECK(cudaMemcpy(get(), host.data(), count * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  // The tensor's values as doubles; `violations` counts guard elements that lost their poison.
-  std::vector<double> download(std::size_t& violations) const {
-    const std::vector<T> all = buffer.copy_to_host();
-    std::vector<double> out(count);
-    for (std::size_t i = 0; i < count; ++i) out[i] = to_float(all[offset + i]);
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (i >= offset && i < offset + count) continue;
-      unsigned char bytes[sizeof(T)];
-      std::memcpy(bytes, &all[i], sizeof(T));
-      for (const unsigned char b : bytes) violations += b != 0xFF;
-    }
-    return out;
-  }
-};
-
 template <class T>
 std::vector<T> to_device_type(const std::vector<double>& v, std::vector<double>& rounded) {
   std::vector<T> out(v.size());
@@ -334,9 +230,12 @@ template <class T>
 std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
   const std::string dt(DTypeTraits<T>::name);
   const double ut = unit_roundoff(DTypeTraits<T>::dtype);
-  Tally fwd{"operators/layernorm/forward/" + dt}, fwd2{"operators/layernorm/forward_two_moment/" + dt},
-      bwd{"operators/layernorm/backward/" + dt}, ufwd{"operators/layernorm/forward_unfused/" + dt},
-      ubwd{"operators/layernorm/backward_unfused/" + dt};
+  const char* kUnit = "random shapes";
+  ScaledTally fwd{"operators/layernorm/forward/" + dt, kUnit},
+      fwd2{"operators/layernorm/forward_two_moment/" + dt, kUnit},
+      bwd{"operators/layernorm/backward/" + dt, kUnit},
+      ufwd{"operators/layernorm/forward_unfused/" + dt, kUnit},
+      ubwd{"operators/layernorm/backward_unfused/" + dt, kUnit};
   fwd.rule = fwd2.rule =
       "y: s=|gamma|(max|x| rstd + |xhat| k2)+|beta|, tol=(1+u_T)(1+(d+10)u)-1; mean: s=max|x|, tol=(d+2)u; "
       "rstd: s=rstd k2, tol=(d+8)u; d=ceil(H/32)+10, k2=1+(m^2+v)/(v+eps), u=2^-24";
@@ -418,20 +317,20 @@ std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
     dx_b.upload(bh);
     dx_dy.upload(dyh);
 
-    const auto run_forward = [&](Tally& t, bool unfused, LayerNormStats stats) {
+    const auto run_forward = [&](ScaledTally& t, bool unfused, LayerNormStats stats) {
       dx_y.poison();
       dx_mean.poison();
       dx_rstd.poison();
       if (unfused) {
         DeviceBuffer<unsigned char> ws(
             kernels::layernorm_unfused_forward_workspace_bytes(DTypeTraits<T>::dtype, rows, hidden));
-        kernels::launch_layernorm_forward_unfused<T>(dx_y.get(), dx_mean.get(), dx_rstd.get(), dx_x.get(),
-                                                     dx_g.get(), dx_b.get(), rows, hidden, eps, ws.data(),
+        kernels::launch_layernorm_forward_unfused<T>(dx_y.data(), dx_mean.data(), dx_rstd.data(), dx_x.data(),
+                                                     dx_g.data(), dx_b.data(), rows, hidden, eps, ws.data(),
                                                      ws.size(), nullptr);
         SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
       } else {
-        kernels::launch_layernorm_forward<T>(dx_y.get(), dx_mean.get(), dx_rstd.get(), dx_x.get(), dx_g.get(),
-                                             dx_b.get(), rows, hidden, eps, nullptr, stats);
+        kernels::launch_layernorm_forward<T>(dx_y.data(), dx_mean.data(), dx_rstd.data(), dx_x.data(),
+                                             dx_g.data(), dx_b.data(), rows, hidden, eps, nullptr, stats);
         SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
       }
       std::size_t guard = 0;
@@ -489,7 +388,7 @@ std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
     const double dcols =
         static_cast<double>(part.rows_per_chunk) + 16.0 + std::ceil(part.chunks / 32.0) + 32.0;
 
-    const auto run_backward = [&](Tally& t, bool unfused) {
+    const auto run_backward = [&](ScaledTally& t, bool unfused) {
       dx_dx.poison();
       dx_dg.poison();
       dx_db.poison();
@@ -499,13 +398,13 @@ std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
       DeviceBuffer<unsigned char> ws(bytes);
       ws.fill_bytes(0xFF);  // the workspace's contents on entry must not matter
       if (unfused)
-        kernels::launch_layernorm_backward_unfused<T>(dx_dx.get(), dx_dg.get(), dx_db.get(), dx_dy.get(),
-                                                      dx_x.get(), dx_g.get(), dx_mean.get(), dx_rstd.get(),
-                                                      rows, hidden, ws.data(), ws.size(), nullptr);
+        kernels::launch_layernorm_backward_unfused<T>(
+            dx_dx.data(), dx_dg.data(), dx_db.data(), dx_dy.data(), dx_x.data(), dx_g.data(), dx_mean.data(),
+            dx_rstd.data(), rows, hidden, ws.data(), ws.size(), nullptr);
       else
-        kernels::launch_layernorm_backward<T>(dx_dx.get(), dx_dg.get(), dx_db.get(), dx_dy.get(), dx_x.get(),
-                                              dx_g.get(), dx_mean.get(), dx_rstd.get(), rows, hidden,
-                                              ws.data(), ws.size(), nullptr);
+        kernels::launch_layernorm_backward<T>(dx_dx.data(), dx_dg.data(), dx_db.data(), dx_dy.data(),
+                                              dx_x.data(), dx_g.data(), dx_mean.data(), dx_rstd.data(), rows,
+                                              hidden, ws.data(), ws.size(), nullptr);
       SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
       std::size_t guard = 0;
       const auto dxv = dx_dx.download(guard), dgv = dx_dg.download(guard), dbv = dx_db.download(guard);
@@ -544,12 +443,7 @@ void add_layernorm_experiments(SuiteSpec& suite, const SuiteOptions& options) {
 }
 
 std::vector<CheckResult> layernorm_gpu_checks(std::uint64_t seed) {
-  std::vector<CheckResult> all;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    auto some = dispatch_dtype(dtype, [&](auto tag) { return checks_for_dtype<decltype(tag)>(seed); });
-    all.insert(all.end(), some.begin(), some.end());
-  }
-  return all;
+  return check_util::checks_for_all_dtypes([&](auto tag) { return checks_for_dtype<decltype(tag)>(seed); });
 }
 
 }  // namespace seqbench::operators

@@ -23,30 +23,24 @@
 #include "core/philox.h"
 #include "kernels/softmax.h"
 #include "reference/softmax.h"
+#include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 
 namespace seqbench::operators {
 namespace {
 
+using check_util::fill;
+using check_util::kU32;
+using check_util::ScaledTally;
 using kernels::SoftmaxConfig;
 using kernels::SoftmaxMask;
 using kernels::SoftmaxShape;
+// Guard elements on both sides of every tensor; an odd element offset forces the scalar path.
+template <class T>
+using Guarded = check_util::Guarded<T, check_util::GuardAt::both_ends>;
 
 // ---------------------------------------------------------------------------------------------
 // Experiments
-
-template <class T>
-__global__ void softmax_fill_kernel(T* out, std::size_t n, std::uint64_t seed, float lo, float hi) {
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
-    out[i] = from_float<T>(lo + (hi - lo) * philox_uniform(seed, 0, i));
-}
-
-template <class T>
-void fill(DeviceBuffer<T>& buffer, std::uint64_t seed, float lo, float hi) {
-  softmax_fill_kernel<T><<<1024, 256>>>(buffer.data(), buffer.size(), seed, lo, hi);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
-}
 
 // Per element (fma = 2): forward scale, max, subtract, exp, sum, normalize = 6; backward the dot
 // product's fma, subtract, two multiplies = 5.
@@ -170,101 +164,9 @@ ExperimentSpec softmax_experiment(bool backward, std::int64_t batch, std::int64_
 // Unfused backward: t = dy·y, dx = y·(dy - dot) and scale·dx are each rounded to T:
 //   tol = (1 + u_T)³(1 + (d + 4)·u) - 1.
 
-constexpr double kU32 = 1.0 / 16777216.0;  // 2^-24
-
 double min_normal(DType dtype) {
   return dtype == DType::f16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
 }
-
-struct Tally {
-  explicit Tally(std::string check_name) : name(std::move(check_name)) {}
-  std::string name;
-  bool passed = true;
-  double max_abs = 0.0;
-  double worst_ratio = 0.0, worst_tol = 0.0, worst_score = -1.0;
-  std::string worst_case, rule, failures;
-  int cases = 0;
-
-  void add(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& scale,
-           double tol, const std::string& what) {
-    double ratio = 0.0, abs_max = 0.0;
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      double err = std::abs(got[i] - ref[i]);
-      if (!(err <= std::numeric_limits<double>::max()))
-        err = std::numeric_limits<double>::infinity();  // NaN/inf
-      const double r = err / scale[i];
-      if (r > ratio) {
-        ratio = r;
-        at = i;
-      }
-      abs_max = std::max(abs_max, err);
-    }
-    max_abs = std::max(max_abs, abs_max);
-    if (!(ratio <= tol)) {
-      if (failures.size() < 400) {
-        std::ostringstream os;
-        os << (failures.empty() ? "" : "; ") << what << " element " << at << ": got " << got[at] << ", want "
-           << ref[at] << " (|err|/s = " << ratio << " > " << tol << ")";
-        failures += os.str();
-      }
-      passed = false;
-    }
-    if (ratio / tol > worst_score) {
-      worst_score = ratio / tol;
-      worst_ratio = ratio;
-      worst_tol = tol;
-      worst_case = what;
-    }
-  }
-  void guard(std::size_t violations, const std::string& what) {
-    if (violations == 0) return;
-    passed = false;
-    failures += (failures.empty() ? "" : "; ") + what + ": " + std::to_string(violations) +
-                " element(s) outside the tensor were written";
-  }
-  CheckResult result() const {
-    CheckResult r;
-    r.name = name;
-    r.passed = passed && cases > 0;
-    r.max_abs_err = max_abs;
-    r.max_rel_err = worst_ratio;
-    r.tolerance = worst_tol;
-    std::ostringstream os;
-    os << cases << " runs; worst (largest |err|/s relative to its tolerance): " << worst_case
-       << "; rule: |got - ref| <= tol * s, " << rule;
-    if (!failures.empty()) os << "; FAILED: " << failures;
-    r.detail = os.str();
-    return r;
-  }
-};
-
-// A device tensor with poisoned guard elements on both sides, at an element offset (odd offsets
-// force the scalar path).
-template <class T>
-struct Guarded {
-  static constexpr std::size_t kGuard = 16;
-  DeviceBuffer<T> buffer;
-  std::size_t offset = 0, count = 0;
-  Guarded(std::size_t n, std::size_t off) : buffer(n + 2 * kGuard), offset(kGuard + off), count(n) {}
-  T* get() { return buffer.data() + offset; }
-  void poison() { buffer.fill_bytes(0xFF); }
-  void upload(const std::vector<T>& host) {
-    if (count) SEQBENCH_CUDA_CHECK(cudaMemcpy(get(), host.data(), count * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<double> download(std::size_t& violations) const {
-    const std::vector<T> all = buffer.copy_to_host();
-    std::vector<double> out(count);
-    for (std::size_t i = 0; i < count; ++i) out[i] = to_float(all[offset + i]);
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (i >= offset && i < offset + count) continue;
-      unsigned char bytes[sizeof(T)];
-      std::memcpy(bytes, &all[i], sizeof(T));
-      for (const unsigned char b : bytes) violations += b != 0xFF;
-    }
-    return out;
-  }
-};
 
 // One random problem: shape, mask, scale, inputs (as T and as the doubles the reference sees).
 template <class T>
@@ -340,7 +242,7 @@ Case<T> make_case(std::mt19937_64& rng, std::int64_t k_len, std::int64_t max_row
 // Runs forward and backward of one case (fused with `config`, or unfused) and adds the comparisons
 // to the two tallies.
 template <class T>
-void run_case(const Case<T>& c, bool unfused, const SoftmaxConfig* config, Tally& fwd, Tally& bwd,
+void run_case(const Case<T>& c, bool unfused, const SoftmaxConfig* config, ScaledTally& fwd, ScaledTally& bwd,
               const std::string& label) {
   const DType dt = DTypeTraits<T>::dtype;
   const double ut = unit_roundoff(dt), floor = min_normal(dt);
@@ -361,11 +263,11 @@ void run_case(const Case<T>& c, bool unfused, const SoftmaxConfig* config, Tally
   y.poison();
   if (unfused) {
     DeviceBuffer<unsigned char> ws(kernels::softmax_unfused_forward_workspace_bytes(dt, c.shape));
-    kernels::launch_softmax_forward_unfused<T>(y.get(), x.get(), c.shape, c.scale, mask, ws.data(), ws.size(),
-                                               nullptr);
+    kernels::launch_softmax_forward_unfused<T>(y.data(), x.data(), c.shape, c.scale, mask, ws.data(),
+                                               ws.size(), nullptr);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   } else {
-    kernels::launch_softmax_forward<T>(y.get(), x.get(), c.shape, c.scale, mask, nullptr, config);
+    kernels::launch_softmax_forward<T>(y.data(), x.data(), c.shape, c.scale, mask, nullptr, config);
   }
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   const ref::Matrix scores = Eigen::Map<const ref::Matrix>(c.xd.data(), c.shape.rows(), c.shape.k_len);
@@ -393,11 +295,11 @@ void run_case(const Case<T>& c, bool unfused, const SoftmaxConfig* config, Tally
   dx.poison();
   if (unfused) {
     DeviceBuffer<unsigned char> ws(kernels::softmax_unfused_backward_workspace_bytes(dt, c.shape));
-    kernels::launch_softmax_backward_unfused<T>(dx.get(), dy.get(), y.get(), c.shape, c.scale, ws.data(),
+    kernels::launch_softmax_backward_unfused<T>(dx.data(), dy.data(), y.data(), c.shape, c.scale, ws.data(),
                                                 ws.size(), nullptr);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   } else {
-    kernels::launch_softmax_backward<T>(dx.get(), dy.get(), y.get(), c.shape, c.scale, nullptr, config);
+    kernels::launch_softmax_backward<T>(dx.data(), dy.data(), y.data(), c.shape, c.scale, nullptr, config);
   }
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   const auto rows = static_cast<std::size_t>(c.shape.rows()), k = static_cast<std::size_t>(c.shape.k_len);
@@ -424,9 +326,11 @@ void run_case(const Case<T>& c, bool unfused, const SoftmaxConfig* config, Tally
 template <class T>
 std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
   const std::string dt(DTypeTraits<T>::name);
-  Tally fwd("operators/softmax/forward/" + dt), bwd("operators/softmax/backward/" + dt),
-      ufwd("operators/softmax/forward_unfused/" + dt), ubwd("operators/softmax/backward_unfused/" + dt),
-      cand("operators/softmax/tuner_candidates/" + dt);
+  const char* kUnit = "runs";
+  ScaledTally fwd("operators/softmax/forward/" + dt, kUnit), bwd("operators/softmax/backward/" + dt, kUnit),
+      ufwd("operators/softmax/forward_unfused/" + dt, kUnit),
+      ubwd("operators/softmax/backward_unfused/" + dt, kUnit),
+      cand("operators/softmax/tuner_candidates/" + dt, kUnit);
   fwd.rule =
       "y: s=max(y, min normal of T), tol=(1+u_T)(1+(6Z+d+10)u)-1; d=ceil(k/32)+10, Z=max|scale x|, u=2^-24";
   bwd.rule = "dx: s=max(|scale| y (|dy|+sum|y dy|), min normal), tol=(1+u_T)(1+(d+4)u)-1";
@@ -486,12 +390,7 @@ void add_softmax_experiments(SuiteSpec& suite, const SuiteOptions& options) {
 }
 
 std::vector<CheckResult> softmax_gpu_checks(std::uint64_t seed) {
-  std::vector<CheckResult> all;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    auto some = dispatch_dtype(dtype, [&](auto tag) { return checks_for_dtype<decltype(tag)>(seed); });
-    all.insert(all.end(), some.begin(), some.end());
-  }
-  return all;
+  return check_util::checks_for_all_dtypes([&](auto tag) { return checks_for_dtype<decltype(tag)>(seed); });
 }
 
 }  // namespace seqbench::operators

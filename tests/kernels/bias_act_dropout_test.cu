@@ -13,7 +13,7 @@
 #include "core/device_buffer.h"
 #include "core/philox.h"
 #include "kernels/bias_act_dropout.h"
-#include "suites/operators/dropout_family_checks.h"
+#include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 #include "tests/common/gpu_test.h"
 
@@ -22,7 +22,7 @@ namespace {
 
 using kernels::Activation;
 using kernels::DropoutConfig;
-using operators::dropout_family::random_values;
+using operators::check_util::random_values;
 
 constexpr std::uint64_t kSeed = 20240918;
 

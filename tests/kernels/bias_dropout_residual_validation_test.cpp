@@ -11,21 +11,14 @@
 #include "core/error.h"
 #include "kernels/bias_dropout_residual.h"
 #include "kernels/dropout_mask.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::kernels {
 namespace {
 
 using namespace dropout_detail;
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected seqbench::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using seqbench::testing::expect_error;
 
 template <class T>
 T* fake(std::uintptr_t slot) {

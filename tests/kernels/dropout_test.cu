@@ -17,7 +17,7 @@
 #include "kernels/dropout.h"
 #include "kernels/dropout_mask.h"
 #include "reference/dropout.h"
-#include "suites/operators/dropout_family_checks.h"
+#include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 #include "tests/common/gpu_test.h"
 
@@ -25,7 +25,7 @@ namespace seqbench {
 namespace {
 
 using kernels::DropoutConfig;
-using operators::dropout_family::random_values;
+using operators::check_util::random_values;
 
 constexpr std::uint64_t kSeed = 20240917;
 

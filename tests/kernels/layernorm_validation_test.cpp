@@ -15,19 +15,12 @@
 #include "core/error.h"
 #include "kernels/layernorm.h"
 #include "kernels/packed.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::kernels {
 namespace {
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected seqbench::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using seqbench::testing::expect_error;
 
 // A fake, never dereferenced device address: aligned to 256 bytes plus `offset` bytes.
 template <class T>

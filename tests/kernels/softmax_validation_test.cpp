@@ -12,19 +12,12 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/softmax.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::kernels {
 namespace {
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected seqbench::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using seqbench::testing::expect_error;
 
 template <class T>
 T* fake(std::uintptr_t slot, std::uintptr_t offset = 0) {

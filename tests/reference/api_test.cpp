@@ -9,20 +9,12 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "reference/reference.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::ref {
 namespace {
 
-// Runs `fn`, expects a seqbench::Error whose message contains `needle`.
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected seqbench::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using seqbench::testing::expect_error;
 
 Matrix iota(Index rows, Index cols, double step = 0.25) {
   Matrix m(rows, cols);

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::trainer {
 namespace {
@@ -101,12 +102,7 @@ TEST(LossScaler, RandomFlagSequencesFollowTorch) {
 
 TEST(LossScaler, BadConfigurationsAreRejectedWithTheValue) {
   auto message = [](const LossScalerConfig& c) {
-    try {
-      validate_loss_scaler_config(c);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return seqbench::testing::error_of([&] { validate_loss_scaler_config(c); });
   };
   EXPECT_NE(message({0.0f, 2.0f, 0.5f, 10}).find("init_scale 0"), std::string::npos);
   EXPECT_NE(message({1.0f, 1.0f, 0.5f, 10}).find("growth_factor 1"), std::string::npos);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::trainer {
 namespace {
@@ -54,14 +55,7 @@ void expect_bitwise_equal(const OptimizerStateSnapshot& a, const OptimizerStateS
   EXPECT_EQ(bits_of(a.master), bits_of(b.master));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using seqbench::testing::error_of;
 
 class OptimizerStateFile : public ::testing::Test {
  protected:

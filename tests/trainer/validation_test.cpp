@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 #include "trainer/convert.h"
 #include "trainer/fused_optimizer.h"
 #include "trainer/loss_scaler.h"
@@ -23,12 +24,7 @@ P* fake(std::uintptr_t address) {
 }
 
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return seqbench::testing::error_of(fn, "(no error)");
 }
 
 #define EXPECT_ERROR_CONTAINS(statement, text)                          \

@@ -3,25 +3,18 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 #include "trainer/optimizer.h"
 
 namespace seqbench::trainer {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using seqbench::testing::error_of;
 
 TEST(WorkspaceLayout, OffsetsArePaddedToSixteenBytesInOrder) {
   const WorkspaceLayout layout(

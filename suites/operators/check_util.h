@@ -1,12 +1,14 @@
-// What the checks and experiments of the three dropout families (suites/operators/dropout.cu,
-// bias_act_dropout.cu, bias_dropout_residual.cu) share: host random data, a device buffer with a
-// poisoned guard, and the tally that turns per-element comparisons into one CheckResult.
-// Include from those .cu files only (it uses DeviceBuffer and reference/ types).
+// What the GPU checks and experiments of the operator suite (suites/operators/layernorm.cu,
+// softmax.cu, dropout.cu, bias_act_dropout.cu, bias_dropout_residual.cu) share: device and host
+// random data, device buffers with poisoned guard elements, and the tallies that turn
+// per-element comparisons into one CheckResult. Include from those .cu files (and their GPU
+// tests) only: it uses DeviceBuffer, a __global__ kernel and reference/ types.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -18,10 +20,11 @@
 #include "core/cuda_check.h"
 #include "core/device_buffer.h"
 #include "core/dtype.h"
+#include "core/philox.h"
 #include "kernels/dropout_mask.h"
 #include "reference/tensor.h"
 
-namespace seqbench::operators::dropout_family {
+namespace seqbench::operators::check_util {
 
 // ---------------------------------------------------------------------------------------------
 // Host random data: splitmix64, 24-bit uniforms mapped to [lo, hi), rounded to T. Cheap enough
@@ -44,6 +47,34 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed, float lo, float 
   }
   return values;
 }
+
+// Uniform values in [lo, hi) from Philox (seed, index), filled on the device: inputs are never
+// zeros, which can run faster than data.
+template <class T>
+__global__ void fill_uniform_kernel(T* out, std::size_t n, std::uint64_t seed, float lo, float hi) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
+    out[i] = from_float<T>(lo + (hi - lo) * philox_uniform(seed, 0, i));
+}
+
+template <class T>
+void fill(DeviceBuffer<T>& buffer, std::uint64_t seed, float lo, float hi) {
+  fill_uniform_kernel<T><<<1024, 256>>>(buffer.data(), buffer.size(), seed, lo, hi);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// The results of `checks(tag)` (a std::vector<CheckResult>) for f32, f16 and bf16, in that order.
+template <class Fn>
+std::vector<CheckResult> checks_for_all_dtypes(Fn&& checks) {
+  std::vector<CheckResult> all;
+  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    auto some = dispatch_dtype(dtype, checks);
+    all.insert(all.end(), some.begin(), some.end());
+  }
+  return all;
+}
+
+inline constexpr double kU32 = 1.0 / 16777216.0;  // 2^-24, the unit roundoff of one fp32 operation
 
 // The absolute part of one rounding to a T: half T's smallest subnormal (2^-150 f32, 2^-25 f16,
 // 2^-134 bf16). The standard model with underflow is fl(x) = x(1 + δ) + η, |δ| <= u_T,
@@ -142,21 +173,100 @@ class Tally {
 };
 
 // ---------------------------------------------------------------------------------------------
-// n elements at element `offset` into an allocation followed by kGuard more, all poisoned with
-// 0xFF (NaN in every float format) at construction. Outputs are compared inside the region; every
-// byte outside it must still be 0xFF afterwards.
+// The worst case of one check over many runs, against |got - ref| <= tol · s per element (s an
+// element's magnitude scale from the check's error analysis): the LayerNorm and softmax checks.
+// `unit` names what `cases` counts in the detail ("random shapes", "runs").
+struct ScaledTally {
+  ScaledTally(std::string check_name, std::string case_unit)
+      : name(std::move(check_name)), unit(std::move(case_unit)) {}
+  std::string name, unit;
+  bool passed = true;
+  double max_abs = 0.0;
+  double worst_ratio = 0.0, worst_tol = 0.0, worst_score = -1.0;
+  std::string worst_case, rule, failures;
+  int cases = 0;
+
+  // One tensor of one case: got/ref/scale per element.
+  void add(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& scale,
+           double tol, const std::string& what) {
+    double ratio = 0.0, abs_max = 0.0;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      double err = std::abs(got[i] - ref[i]);
+      if (!(err <= std::numeric_limits<double>::max()))
+        err = std::numeric_limits<double>::infinity();  // NaN/inf
+      const double r = err / scale[i];
+      if (r > ratio || (std::isinf(r) && !std::isinf(ratio))) {
+        ratio = r;
+        at = i;
+      }
+      abs_max = std::max(abs_max, err);
+    }
+    max_abs = std::max(max_abs, abs_max);
+    const double score = ratio / tol;
+    if (!(ratio <= tol)) {
+      if (passed || failures.size() < 400) {
+        std::ostringstream os;
+        os << (failures.empty() ? "" : "; ") << what << " element " << at << ": got " << got[at] << ", want "
+           << ref[at] << " (|err|/s = " << ratio << " > " << tol << ")";
+        failures += os.str();
+      }
+      passed = false;
+    }
+    if (score > worst_score) {
+      worst_score = score;
+      worst_ratio = ratio;
+      worst_tol = tol;
+      worst_case = what;
+    }
+  }
+  void guard(std::size_t violations, const std::string& what) {
+    if (violations == 0) return;
+    passed = false;
+    failures += (failures.empty() ? "" : "; ") + what + ": " + std::to_string(violations) +
+                " element(s) outside the tensor were written";
+  }
+  CheckResult result() const {
+    CheckResult r;
+    r.name = name;
+    r.passed = passed && cases > 0;
+    r.max_abs_err = max_abs;
+    r.max_rel_err = worst_ratio;
+    r.tolerance = worst_tol;
+    std::ostringstream os;
+    os << cases << " " << unit << "; worst (largest |err|/s relative to its tolerance): " << worst_case
+       << "; rule: |got - ref| <= tol * s, " << rule;
+    if (!failures.empty()) os << "; FAILED: " << failures;
+    r.detail = os.str();
+    return r;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// n elements of a device allocation, with poisoned guard elements (every byte 0xFF, NaN in every
+// float format) around them; poisoned at construction and by poison(). Outputs are compared inside
+// the region; every byte outside it must still be 0xFF afterwards. Layouts:
+//   GuardAt::end (the dropout families): the region at element `offset` of the allocation, kGuard
+//     more elements after it;
+//   GuardAt::both_ends (LayerNorm, softmax): n + 2·kGuard elements, the region at kGuard + offset.
+// An element offset that breaks the vector alignment sends the kernels down their scalar path.
 inline constexpr std::size_t kGuard = 16;
 
-template <class T>
+enum class GuardAt { end, both_ends };
+
+template <class T, GuardAt At = GuardAt::end>
 struct Guarded {
   DeviceBuffer<T> buffer;
   std::size_t offset, n;
 
   Guarded(std::size_t count, std::size_t element_offset)
-      : buffer(count + element_offset + kGuard), offset(element_offset), n(count) {
-    buffer.fill_bytes(0xFF);
+      : buffer(At == GuardAt::end ? count + element_offset + kGuard : count + 2 * kGuard),
+        offset(At == GuardAt::end ? element_offset : kGuard + element_offset),
+        n(count) {
+    poison();
   }
   T* data() { return buffer.data() + offset; }
+  void poison() { buffer.fill_bytes(0xFF); }
   void upload(const std::vector<T>& host) {
     if (host.empty()) return;
     SEQBENCH_CUDA_CHECK(cudaMemcpy(data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
@@ -164,17 +274,37 @@ struct Guarded {
   // The region's contents; records in `tally` whether anything outside it was written.
   std::vector<T> download(Tally& tally, const std::string& where) const {
     const std::vector<T> all = buffer.copy_to_host();
+    const std::size_t touched = bytes_outside(all);
+    tally.add_exact(touched == 0, where, std::to_string(touched) + " bytes written outside the output");
+    const auto begin = all.begin() + static_cast<std::ptrdiff_t>(offset);
+    return {begin, begin + static_cast<std::ptrdiff_t>(n)};
+  }
+  // The region's values as doubles; adds to `violations` the guard bytes that lost their poison.
+  std::vector<double> download(std::size_t& violations) const {
+    const std::vector<T> all = buffer.copy_to_host();
+    std::vector<double> out(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = to_float(all[offset + i]);
+    violations += bytes_outside(all);
+    return out;
+  }
+
+ private:
+  std::size_t bytes_outside(const std::vector<T>& all) const {
     std::size_t touched = 0;
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (i >= offset && i < offset + n) continue;
       const auto* bytes = reinterpret_cast<const unsigned char*>(&all[i]);
       for (std::size_t b = 0; b < sizeof(T); ++b) touched += bytes[b] != 0xFF;
     }
-    tally.add_exact(touched == 0, where, std::to_string(touched) + " bytes written outside the output");
-    const auto begin = all.begin() + static_cast<std::ptrdiff_t>(offset);
-    return {begin, begin + static_cast<std::ptrdiff_t>(n)};
+    return touched;
   }
 };
+
+// Whether a and b hold the same bytes.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
 
 // ---------------------------------------------------------------------------------------------
 // [rows, cols] cases of the bias families: the odd sizes, tall shapes that give many row
@@ -234,6 +364,43 @@ inline std::vector<MatrixCase> matrix_cases(std::uint64_t seed) {
   return cases;
 }
 
+// The outputs of a bias family's fused forward and backward.
+template <class T>
+struct FusedOutputs {
+  std::vector<T> y, dx, dbias;
+};
+
+// Runs the fused forward and backward twice, each time on fresh poisoned outputs and a poisoned
+// workspace of ws_bytes: launch(y, dx, dbias, workspace) enqueues both. The first run's guards go
+// to t.fwd, t.bwd_dx and t.bwd_dbias, the second's to t.repeat, which also records whether the
+// second run reproduced the first bitwise. Returns the first run's outputs.
+template <class T, class Tallies, class Launch>
+FusedOutputs<T> run_fused_twice(const MatrixCase& c, std::size_t ws_bytes, Tallies& t,
+                                const std::string& where, Launch&& launch) {
+  const std::size_t n = c.elements();
+  FusedOutputs<T> first;
+  for (int run = 0; run < 2; ++run) {
+    Guarded<T> y(n, c.off_out), dx(n, c.off_out2), dbias(static_cast<std::size_t>(c.cols), c.off_bias);
+    DeviceBuffer<unsigned char> workspace(ws_bytes);
+    workspace.fill_bytes(0xFF);
+    launch(y.data(), dx.data(), dbias.data(), workspace.data());
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<T> got_y = y.download(run == 0 ? t.fwd : t.repeat, where);
+    const std::vector<T> got_dx = dx.download(run == 0 ? t.bwd_dx : t.repeat, where);
+    const std::vector<T> got_dbias = dbias.download(run == 0 ? t.bwd_dbias : t.repeat, where);
+    if (run == 1) {
+      t.repeat.add_exact(same_bits(got_y, first.y), where, "second forward differs bitwise");
+      t.repeat.add_exact(same_bits(got_dx, first.dx), where, "second backward dx differs bitwise");
+      t.repeat.add_exact(same_bits(got_dbias, first.dbias), where, "second backward dbias differs bitwise");
+      break;
+    }
+    first.y = got_y;
+    first.dx = got_dx;
+    first.dbias = got_dbias;
+  }
+  return first;
+}
+
 // The number of float additions on the longest path of the bias-gradient sum of one column (the
 // order of kernels/dropout_mask.h: each thread's rows, the 8 row lanes, each reduce lane's row
 // blocks, the 16 reduce lanes): the γ_D = D·u_f32 factor of the summation error bound
@@ -246,4 +413,4 @@ inline double bias_grad_sum_depth(std::int64_t rows, std::int64_t cols) {
   return static_cast<double>(per_thread + dd::kTileRows + per_reduce_lane + dd::kReduceRows);
 }
 
-}  // namespace seqbench::operators::dropout_family
+}  // namespace seqbench::operators::check_util
