@@ -10,6 +10,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "kernels/dispatch_items.h"
 #include "kernels/layernorm.h"
 #include "kernels/packed.h"
 #include "kernels/reduce.cuh"
@@ -745,30 +746,6 @@ void require_eps(const char* what, float eps) {
   SEQBENCH_REQUIRE(std::isfinite(eps) && eps > 0.0f, what << ": eps " << eps << " must be finite and > 0");
 }
 
-// Calls fn(std::integral_constant<int, kItems>) for the item counts a register kernel is compiled
-// for: powers of two with kItems * kVec <= kLayerNormMaxElemsPerThread.
-template <int kVec, class Fn>
-void with_items(int items, Fn&& fn) {
-  constexpr int kMax = kLayerNormMaxElemsPerThread;
-  switch (items) {
-    case 1:
-      if constexpr (kVec <= kMax) return fn(std::integral_constant<int, 1>{});
-      break;
-    case 2:
-      if constexpr (2 * kVec <= kMax) return fn(std::integral_constant<int, 2>{});
-      break;
-    case 4:
-      if constexpr (4 * kVec <= kMax) return fn(std::integral_constant<int, 4>{});
-      break;
-    case 8:
-      if constexpr (8 * kVec <= kMax) return fn(std::integral_constant<int, 8>{});
-      break;
-    default:
-      break;
-  }
-  SEQBENCH_FAIL("layernorm: no kernel for " << items << " vectors of " << kVec << " per thread");
-}
-
 // Calls fn(std::integral_constant<int, kVec>) for the plan's vector width.
 template <class T, class Fn>
 void with_vector(const LayerNormPlan& plan, Fn&& fn) {
@@ -957,7 +934,7 @@ void launch_layernorm_forward(T* y, float* mean, float* rstd, const T* x, const 
           <<<static_cast<unsigned>(rows), kLayerNormMultipassThreads, 0, stream>>>(args);
       return;
     }
-    with_items<kVec>(plan.items, [&](auto items) {
+    dispatch_items<kVec, kLayerNormMaxElemsPerThread>(plan.items, "layernorm", [&](auto items) {
       constexpr int kItems = decltype(items)::value;
       if (plan.path == LayerNormPath::warp)
         layernorm_forward_kernel<T, kVec, kItems, true>
@@ -1033,7 +1010,7 @@ void launch_layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T*
         layernorm_backward_slice_kernel<T, kVec><<<grid, kSliceThreads, 0, stream>>>(args);
         return;
       }
-      with_items<kVec>(plan.items, [&](auto items) {
+      dispatch_items<kVec, kLayerNormMaxElemsPerThread>(plan.items, "layernorm", [&](auto items) {
         constexpr int kItems = decltype(items)::value;
         if (plan.path == LayerNormPath::warp)
           layernorm_backward_kernel<T, kVec, kItems, true><<<chunks, block, combine_bytes, stream>>>(args);

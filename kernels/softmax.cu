@@ -9,6 +9,7 @@
 #include "core/device_buffer.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "kernels/dispatch_items.h"
 #include "kernels/packed.h"
 #include "kernels/reduce.cuh"
 #include "kernels/softmax.h"
@@ -465,35 +466,6 @@ RowMask row_mask(const SoftmaxShape& shape, const SoftmaxMask& mask) {
   return m;
 }
 
-// Calls fn(std::integral_constant<int, kItems>) for a power-of-two item count with
-// kItems * kVec <= kMaxElems.
-template <int kVec, int kMaxElems, class Fn>
-void with_items(int items, Fn&& fn) {
-  switch (items) {
-    case 1:
-      if constexpr (kVec <= kMaxElems) return fn(std::integral_constant<int, 1>{});
-      break;
-    case 2:
-      if constexpr (2 * kVec <= kMaxElems) return fn(std::integral_constant<int, 2>{});
-      break;
-    case 4:
-      if constexpr (4 * kVec <= kMaxElems) return fn(std::integral_constant<int, 4>{});
-      break;
-    case 8:
-      if constexpr (8 * kVec <= kMaxElems) return fn(std::integral_constant<int, 8>{});
-      break;
-    case 16:
-      if constexpr (16 * kVec <= kMaxElems) return fn(std::integral_constant<int, 16>{});
-      break;
-    case 32:
-      if constexpr (32 * kVec <= kMaxElems) return fn(std::integral_constant<int, 32>{});
-      break;
-    default:
-      break;
-  }
-  SEQBENCH_FAIL("softmax: no kernel for " << items << " vectors of " << kVec << " per thread");
-}
-
 // Calls launch.multipass<kVec>() or launch.registers<kVec, kItems, kWarpTeam>() for `config`.
 template <class T, class Launch>
 void dispatch(const SoftmaxConfig& config, Launch&& launch) {
@@ -505,12 +477,12 @@ void dispatch(const SoftmaxConfig& config, Launch&& launch) {
         launch.template multipass<kVec>();
         return;
       case SoftmaxPath::warp:
-        with_items<kVec, kSoftmaxMaxWarpElems>(config.items, [&](auto items) {
+        dispatch_items<kVec, kSoftmaxMaxWarpElems>(config.items, "softmax", [&](auto items) {
           launch.template registers<kVec, decltype(items)::value, true>();
         });
         return;
       case SoftmaxPath::block:
-        with_items<kVec, kSoftmaxMaxBlockElems>(config.items, [&](auto items) {
+        dispatch_items<kVec, kSoftmaxMaxBlockElems>(config.items, "softmax", [&](auto items) {
           launch.template registers<kVec, decltype(items)::value, false>();
         });
         return;
