@@ -4,6 +4,7 @@
 #include "suites/suite_device.h"
 #include "suites/suite_memory.h"
 #include "suites/suite_reference.h"
+#include "suites/suite_trainer.h"
 
 namespace seqbench {
 
@@ -12,6 +13,7 @@ std::vector<SuiteSpec> all_suites(const SuiteOptions& options) {
   suites.push_back(reference_suite(options));
   suites.push_back(device_suite(options));
   suites.push_back(operators_suite(options));
+  suites.push_back(trainer_suite(options));
   suites.push_back(memory_suite(options));
   return suites;
 }
