@@ -46,8 +46,7 @@ TensorId LayerDescriber::stats(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Self-attention.
 
-SublayerSaved LayerDescriber::self_attention_forward(const std::string& prefix, TensorId input,
-                                                     TensorId output) {
+SublayerSaved LayerDescriber::begin_sublayer(const std::string& prefix, TensorId input, TensorId output) {
   const std::string& p = prefix;
   SublayerSaved s;
   s.prefix = prefix;
@@ -61,13 +60,14 @@ SublayerSaved LayerDescriber::self_attention_forward(const std::string& prefix, 
   } else {
     s.gemm_input = input;
   }
-  const TensorId qkv_raw = act(p + "qkv_raw", 3 * T_ * H_);
-  rec_.op(p + "qkv_gemm", {s.gemm_input}, {qkv_raw});
-  s.q_heads = act(p + "qkv_heads", 3 * T_ * H_);  // [3,B,N,L,d]: Q, K and V per head
-  rec_.op(p + "qkv_bias_transform", {qkv_raw}, {s.q_heads});
-  const std::size_t scores = B_ * N_ * L_ * L_;
+  return s;
+}
+
+void LayerDescriber::attention_probs(SublayerSaved& s, std::size_t scores,
+                                     std::vector<TensorId> gemm_inputs) {
+  const std::string& p = s.prefix;
   s.probs = act(p + "probs", scores);
-  rec_.op(p + "scores_gemm", {s.q_heads}, {s.probs});
+  rec_.op(p + "scores_gemm", gemm_inputs, {s.probs});
   rec_.op(p + "softmax", {s.probs}, {s.probs});  // in place: the backward needs only its output
   s.context_probs = s.probs;
   if (config_.attn_dropout > 0.0) {
@@ -75,21 +75,38 @@ SublayerSaved LayerDescriber::self_attention_forward(const std::string& prefix, 
     s.probs_mask = mask(p + "probs_mask", config_.attn_dropout, scores);
     rec_.op(p + "probs_dropout", {s.probs}, with({s.context_probs}, s.probs_mask));
   }
+}
+
+void LayerDescriber::attention_output(SublayerSaved& s, TensorId value_heads) {
+  const std::string& p = s.prefix;
   const TensorId ctx_heads = act(p + "ctx_heads", T_ * H_);
-  rec_.op(p + "context_gemm", {s.context_probs, s.q_heads}, {ctx_heads});
+  rec_.op(p + "context_gemm", {s.context_probs, value_heads}, {ctx_heads});
   s.ctx = act(p + "ctx", T_ * H_);
   rec_.op(p + "ctx_transform", {ctx_heads}, {s.ctx});
   const TensorId out_raw = act(p + "out_raw", T_ * H_);
   rec_.op(p + "out_gemm", {s.ctx}, {out_raw});
   s.hidden_mask = mask(p + "hidden_mask", config_.hidden_dropout, T_ * H_);
   if (config_.pre_layer_norm) {
-    rec_.op(p + "bias_dropout_residual", {out_raw, input}, with({output}, s.hidden_mask));
+    rec_.op(p + "bias_dropout_residual", {out_raw, s.input}, with({s.output}, s.hidden_mask));
   } else {
     const TensorId residual = act(p + "residual", T_ * H_);
-    rec_.op(p + "bias_dropout_residual", {out_raw, input}, with({residual}, s.hidden_mask));
+    rec_.op(p + "bias_dropout_residual", {out_raw, s.input}, with({residual}, s.hidden_mask));
     // The backward works from the LN output and the saved statistics, so the residual sum dies here.
-    rec_.op(p + "ln", {residual}, {output, s.ln_stats});
+    rec_.op(p + "ln", {residual}, {s.output, s.ln_stats});
   }
+}
+
+SublayerSaved LayerDescriber::self_attention_forward(const std::string& prefix, TensorId input,
+                                                     TensorId output) {
+  SublayerSaved s = begin_sublayer(prefix, input, output);
+  const std::string& p = prefix;
+  const TensorId qkv_raw = act(p + "qkv_raw", 3 * T_ * H_);
+  rec_.op(p + "qkv_gemm", {s.gemm_input}, {qkv_raw});
+  s.q_heads = act(p + "qkv_heads", 3 * T_ * H_);  // [3,B,N,L,d]: Q, K and V per head
+  rec_.op(p + "qkv_bias_transform", {qkv_raw}, {s.q_heads});
+  const std::size_t scores = B_ * N_ * L_ * L_;
+  attention_probs(s, scores, {s.q_heads});
+  attention_output(s, s.q_heads);
   return s;
 }
 
@@ -146,49 +163,17 @@ SublayerSaved LayerDescriber::cross_attention_forward(const std::string& prefix,
                                                       TensorId output, TensorId kv_heads,
                                                       std::size_t kv_len) {
   config_.check_batch(B_, kv_len);
+  SublayerSaved s = begin_sublayer(prefix, input, output);
   const std::string& p = prefix;
-  SublayerSaved s;
-  s.prefix = prefix;
-  s.input = input;
-  s.output = output;
   s.kv_heads = kv_heads;
   s.kv_len = kv_len;
-  s.ln_stats = stats(p + "ln_stats");
-  if (config_.pre_layer_norm) {
-    s.ln_out = act(p + "ln_out", T_ * H_);
-    rec_.op(p + "ln", {input}, {*s.ln_out, s.ln_stats});
-    s.gemm_input = *s.ln_out;
-  } else {
-    s.gemm_input = input;
-  }
   const TensorId q_raw = act(p + "q_raw", T_ * H_);
   rec_.op(p + "q_gemm", {s.gemm_input}, {q_raw});
   s.q_heads = act(p + "q_heads", T_ * H_);
   rec_.op(p + "q_bias_transform", {q_raw}, {s.q_heads});
   const std::size_t scores = B_ * N_ * L_ * kv_len;
-  s.probs = act(p + "probs", scores);
-  rec_.op(p + "scores_gemm", {s.q_heads, kv_heads}, {s.probs});
-  rec_.op(p + "softmax", {s.probs}, {s.probs});
-  s.context_probs = s.probs;
-  if (config_.attn_dropout > 0.0) {
-    s.context_probs = act(p + "probs_dropped", scores);
-    s.probs_mask = mask(p + "probs_mask", config_.attn_dropout, scores);
-    rec_.op(p + "probs_dropout", {s.probs}, with({s.context_probs}, s.probs_mask));
-  }
-  const TensorId ctx_heads = act(p + "ctx_heads", T_ * H_);
-  rec_.op(p + "context_gemm", {s.context_probs, kv_heads}, {ctx_heads});
-  s.ctx = act(p + "ctx", T_ * H_);
-  rec_.op(p + "ctx_transform", {ctx_heads}, {s.ctx});
-  const TensorId out_raw = act(p + "out_raw", T_ * H_);
-  rec_.op(p + "out_gemm", {s.ctx}, {out_raw});
-  s.hidden_mask = mask(p + "hidden_mask", config_.hidden_dropout, T_ * H_);
-  if (config_.pre_layer_norm) {
-    rec_.op(p + "bias_dropout_residual", {out_raw, input}, with({output}, s.hidden_mask));
-  } else {
-    const TensorId residual = act(p + "residual", T_ * H_);
-    rec_.op(p + "bias_dropout_residual", {out_raw, input}, with({residual}, s.hidden_mask));
-    rec_.op(p + "ln", {residual}, {output, s.ln_stats});
-  }
+  attention_probs(s, scores, {s.q_heads, kv_heads});
+  attention_output(s, kv_heads);
   return s;
 }
 
@@ -233,19 +218,8 @@ void LayerDescriber::cross_attention_backward(const SublayerSaved& s, TensorId d
 // FFN: GEMM, fused bias + activation + dropout, GEMM, fused bias + dropout + residual.
 
 SublayerSaved LayerDescriber::ffn_forward(const std::string& prefix, TensorId input, TensorId output) {
+  SublayerSaved s = begin_sublayer(prefix, input, output);
   const std::string& p = prefix;
-  SublayerSaved s;
-  s.prefix = prefix;
-  s.input = input;
-  s.output = output;
-  s.ln_stats = stats(p + "ln_stats");
-  if (config_.pre_layer_norm) {
-    s.ln_out = act(p + "ln_out", T_ * H_);
-    rec_.op(p + "ln", {input}, {*s.ln_out, s.ln_stats});
-    s.gemm_input = *s.ln_out;
-  } else {
-    s.gemm_input = input;
-  }
   // Kept: the fused backward recomputes act'(ff1_raw + bias) from it instead of storing act'.
   s.ff1_raw = act(p + "ff1_raw", T_ * F_);
   rec_.op(p + "ff1_gemm", {s.gemm_input}, {s.ff1_raw});

@@ -134,6 +134,13 @@ class LayerDescriber {
   TensorId act(const std::string& name, std::size_t elements);
   std::optional<TensorId> mask(const std::string& name, double ratio, std::size_t elements);
   TensorId stats(const std::string& name);
+  // The pieces every sub-layer forward shares, recorded in this order by each caller:
+  // the saved-state header and the pre-LN (when configured) that feeds the sub-layer's GEMM;
+  SublayerSaved begin_sublayer(const std::string& prefix, TensorId input, TensorId output);
+  // softmax over the scores (in place) and the optional attention dropout;
+  void attention_probs(SublayerSaved& s, std::size_t scores, std::vector<TensorId> gemm_inputs);
+  // context GEMM, output projection, bias + dropout + residual, and the post-LN.
+  void attention_output(SublayerSaved& s, TensorId value_heads);
 
   LifetimeRecorder& rec_;
   LayerConfig config_;
