@@ -135,17 +135,23 @@ TensorId LayerDescriber::self_attention_core_backward(const std::string& p, Tens
   return d_qkv_in;
 }
 
+std::optional<TensorId> LayerDescriber::output_backward(const SublayerSaved& s, TensorId d_output,
+                                                        TensorId d_raw) {
+  const std::string& p = s.prefix;
+  if (config_.pre_layer_norm) {
+    rec_.op(p + "bias_dropout_residual_bwd", with({d_output}, s.hidden_mask), {d_raw});
+    return std::nullopt;
+  }
+  const TensorId d_residual = act(p + "d_residual", T_ * H_);
+  rec_.op(p + "ln_bwd", {d_output, s.output, s.ln_stats}, {d_residual});
+  rec_.op(p + "bias_dropout_bwd", with({d_residual}, s.hidden_mask), {d_raw});
+  return d_residual;
+}
+
 void LayerDescriber::self_attention_backward(const SublayerSaved& s, TensorId d_output, TensorId d_input) {
   const std::string& p = s.prefix;
   const TensorId d_out_raw = act(p + "d_out_raw", T_ * H_);
-  std::optional<TensorId> d_residual;
-  if (config_.pre_layer_norm) {
-    rec_.op(p + "bias_dropout_residual_bwd", with({d_output}, s.hidden_mask), {d_out_raw});
-  } else {
-    d_residual = act(p + "d_residual", T_ * H_);
-    rec_.op(p + "ln_bwd", {d_output, s.output, s.ln_stats}, {*d_residual});
-    rec_.op(p + "bias_dropout_bwd", with({*d_residual}, s.hidden_mask), {d_out_raw});
-  }
+  const std::optional<TensorId> d_residual = output_backward(s, d_output, d_out_raw);
   const TensorId d_gemm_in = self_attention_core_backward(p, d_out_raw, s.ctx, s.context_probs, s.probs,
                                                           s.probs_mask, s.q_heads, s.gemm_input);
   if (config_.pre_layer_norm) {
@@ -183,14 +189,7 @@ void LayerDescriber::cross_attention_backward(const SublayerSaved& s, TensorId d
   const std::size_t kv_tokens = B_ * s.kv_len;
   const std::size_t scores = B_ * N_ * L_ * s.kv_len;
   const TensorId d_out_raw = act(p + "d_out_raw", T_ * H_);
-  std::optional<TensorId> d_residual;
-  if (config_.pre_layer_norm) {
-    rec_.op(p + "bias_dropout_residual_bwd", with({d_output}, s.hidden_mask), {d_out_raw});
-  } else {
-    d_residual = act(p + "d_residual", T_ * H_);
-    rec_.op(p + "ln_bwd", {d_output, s.output, s.ln_stats}, {*d_residual});
-    rec_.op(p + "bias_dropout_bwd", with({*d_residual}, s.hidden_mask), {d_out_raw});
-  }
+  const std::optional<TensorId> d_residual = output_backward(s, d_output, d_out_raw);
   const TensorId d_ctx = act(p + "d_ctx", T_ * H_);
   rec_.op(p + "out_gemm_bwd", {d_out_raw, s.ctx}, {d_ctx});
   const TensorId d_ctx_heads = act(p + "d_ctx_heads", T_ * H_);
@@ -242,14 +241,7 @@ SublayerSaved LayerDescriber::ffn_forward(const std::string& prefix, TensorId in
 void LayerDescriber::ffn_backward(const SublayerSaved& s, TensorId d_output, TensorId d_input) {
   const std::string& p = s.prefix;
   const TensorId d_ff2 = act(p + "d_ff2_raw", T_ * H_);
-  std::optional<TensorId> d_residual;
-  if (config_.pre_layer_norm) {
-    rec_.op(p + "bias_dropout_residual_bwd", with({d_output}, s.hidden_mask), {d_ff2});
-  } else {
-    d_residual = act(p + "d_residual", T_ * H_);
-    rec_.op(p + "ln_bwd", {d_output, s.output, s.ln_stats}, {*d_residual});
-    rec_.op(p + "bias_dropout_bwd", with({*d_residual}, s.hidden_mask), {d_ff2});
-  }
+  const std::optional<TensorId> d_residual = output_backward(s, d_output, d_ff2);
   const TensorId d_act = act(p + "d_act", T_ * F_);
   rec_.op(p + "ff2_gemm_bwd", {d_ff2, s.act_out}, {d_act});
   // In place: d(ff1_raw) = d_act ⊙ keep/(1-p) ⊙ act'(ff1_raw + bias), with the bias gradient.

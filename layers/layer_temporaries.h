@@ -141,6 +141,9 @@ class LayerDescriber {
   void attention_probs(SublayerSaved& s, std::size_t scores, std::vector<TensorId> gemm_inputs);
   // context GEMM, output projection, bias + dropout + residual, and the post-LN.
   void attention_output(SublayerSaved& s, TensorId value_heads);
+  // The backward of a sub-layer's output end (post-LN, bias + dropout + residual) into d_raw, the
+  // gradient of the sub-layer's last GEMM output; returns the residual's gradient under post-LN.
+  std::optional<TensorId> output_backward(const SublayerSaved& s, TensorId d_output, TensorId d_raw);
 
   LifetimeRecorder& rec_;
   LayerConfig config_;

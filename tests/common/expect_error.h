@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -19,6 +20,19 @@ void expect_error(Fn&& fn, const std::string& needle) {
     ADD_FAILURE() << "expected seqbench::Error containing \"" << needle << "\"";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// Runs `fn`, expects a seqbench::Error whose message contains every one of `needles`.
+template <class Fn>
+void expect_error_all(Fn&& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected seqbench::Error containing \"" << needles.front() << "\"";
+  } catch (const Error& e) {
+    for (const std::string& needle : needles)
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "missing \"" << needle << "\" in " << e.what();
   }
 }
 

@@ -10,22 +10,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::layers {
 namespace {
 
-// Runs `fn`, expects a seqbench::Error whose message contains every needle.
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected seqbench::Error containing \"" << needles.front() << "\"";
-  } catch (const Error& e) {
-    for (const std::string& needle : needles)
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-          << "missing \"" << needle << "\" in " << e.what();
-  }
-}
+using seqbench::testing::expect_error_all;
 
 LayerConfig valid() {
   LayerConfig c;
@@ -69,9 +59,9 @@ TEST(LayerConfig, EverySizeMustBePositive) {
       LayerConfig c = valid();
       c.*f.member = bad;
       SCOPED_TRACE(std::string(f.name) + " = " + std::to_string(bad));
-      expect_error([&] { c.validate(); },
-                   {"invalid LayerConfig", std::string(f.name) + " (" + std::to_string(bad) + ")",
-                    "must be positive"});
+      expect_error_all([&] { c.validate(); },
+                       {"invalid LayerConfig", std::string(f.name) + " (" + std::to_string(bad) + ")",
+                        "must be positive"});
     }
   }
 }
@@ -80,16 +70,16 @@ TEST(LayerConfig, HeadsMustDivideHidden) {
   LayerConfig c = valid();
   c.hidden = 1000;
   c.heads = 16;
-  expect_error([&] { c.validate(); }, {"hidden (1000)", "heads (16)", "multiple"});
+  expect_error_all([&] { c.validate(); }, {"hidden (1000)", "heads (16)", "multiple"});
   c.hidden = 7;
   c.heads = 8;  // more heads than features
-  expect_error([&] { c.validate(); }, {"hidden (7)", "heads (8)"});
+  expect_error_all([&] { c.validate(); }, {"hidden (7)", "heads (8)"});
 }
 
 TEST(LayerConfig, MaxSeqLenMustFitInABatch) {
   LayerConfig c = valid();
   c.max_seq_len = c.max_batch_tokens + 1;
-  expect_error([&] { c.validate(); }, {"max_seq_len (4097)", "max_batch_tokens (4096)"});
+  expect_error_all([&] { c.validate(); }, {"max_seq_len (4097)", "max_batch_tokens (4096)"});
 }
 
 TEST(LayerConfig, EveryDropoutRatioMustBeInZeroOne) {
@@ -111,7 +101,7 @@ TEST(LayerConfig, EveryDropoutRatioMustBeInZeroOne) {
       LayerConfig c = valid();
       c.*f.member = bad;
       SCOPED_TRACE(std::string(f.name) + " = " + std::to_string(bad));
-      expect_error([&] { c.validate(); }, {std::string(f.name) + " (", "[0, 1)"});
+      expect_error_all([&] { c.validate(); }, {std::string(f.name) + " (", "[0, 1)"});
     }
   }
 }
@@ -121,17 +111,17 @@ TEST(LayerConfig, LayerNormEpsMustBePositiveAndFinite) {
        {0.0, -1e-5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     LayerConfig c = valid();
     c.layer_norm_eps = bad;
-    expect_error([&] { c.validate(); }, {"layer_norm_eps ("});
+    expect_error_all([&] { c.validate(); }, {"layer_norm_eps ("});
   }
 }
 
 TEST(LayerConfig, EnumsMustBeEnumerators) {
   LayerConfig c = valid();
   c.activation = static_cast<Activation>(7);
-  expect_error([&] { c.validate(); }, {"activation (7)"});
+  expect_error_all([&] { c.validate(); }, {"activation (7)"});
   c = valid();
   c.dtype = static_cast<DType>(9);
-  expect_error([&] { c.validate(); }, {"dtype (9)"});
+  expect_error_all([&] { c.validate(); }, {"dtype (9)"});
 }
 
 TEST(LayerConfig, OneMessageListsEveryProblem) {
@@ -141,8 +131,8 @@ TEST(LayerConfig, OneMessageListsEveryProblem) {
   c.attn_dropout = 2.0;
   c.ffn = 0;
   c.max_seq_len = 5000;
-  expect_error([&] { c.validate(); },
-               {"ffn (0)", "hidden (100)", "heads (3)", "attn_dropout (2)", "max_seq_len (5000)", "; "});
+  expect_error_all([&] { c.validate(); },
+                   {"ffn (0)", "hidden (100)", "heads (3)", "attn_dropout (2)", "max_seq_len (5000)", "; "});
 }
 
 TEST(LayerConfig, CheckBatchNamesTheValueAndTheLimit) {
@@ -150,20 +140,20 @@ TEST(LayerConfig, CheckBatchNamesTheValueAndTheLimit) {
   EXPECT_NO_THROW(c.check_batch(16, 256));  // exactly the token limit
   EXPECT_NO_THROW(c.check_batch(4096, 1));  // many one-token sentences
   EXPECT_NO_THROW(c.check_batch(1, 1));
-  expect_error([&] { c.check_batch(1, 257); }, {"seq_len 257", "max_seq_len 256"});
-  expect_error([&] { c.check_batch(17, 256); }, {"17 x 256", "4352", "max_batch_tokens 4096"});
-  expect_error([&] { c.check_batch(0, 10); }, {"batch_size 0"});
-  expect_error([&] { c.check_batch(10, 0); }, {"seq_len 0"});
+  expect_error_all([&] { c.check_batch(1, 257); }, {"seq_len 257", "max_seq_len 256"});
+  expect_error_all([&] { c.check_batch(17, 256); }, {"17 x 256", "4352", "max_batch_tokens 4096"});
+  expect_error_all([&] { c.check_batch(0, 10); }, {"batch_size 0"});
+  expect_error_all([&] { c.check_batch(10, 0); }, {"seq_len 0"});
   // A product that would wrap around size_t is still refused.
-  expect_error([&] { c.check_batch(std::numeric_limits<std::size_t>::max() / 2 + 1, 2); },
-               {"max_batch_tokens 4096"});
+  expect_error_all([&] { c.check_batch(std::numeric_limits<std::size_t>::max() / 2 + 1, 2); },
+                   {"max_batch_tokens 4096"});
 }
 
 TEST(LayerConfig, ActivationNamesRoundTrip) {
   for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
     EXPECT_EQ(parse_activation(activation_name(a)), a);
   EXPECT_EQ(parse_activation("gelu_new"), Activation::gelu_tanh);  // Hugging Face's name for it
-  expect_error([] { parse_activation("swish"); }, {"'swish'", "relu, gelu, gelu_tanh"});
+  expect_error_all([] { parse_activation("swish"); }, {"'swish'", "relu, gelu, gelu_tanh"});
 }
 
 TEST(LayerConfig, DescribeNamesEveryField) {
@@ -235,9 +225,9 @@ TEST(ModelPreset, ViTLengthIsThePatchCountPlusTheClassToken) {
 TEST(ModelPreset, UnknownNameListsTheKnownOnes) {
   std::vector<std::string> needles{"'gpt3'"};
   for (const std::string& n : preset_names()) needles.push_back(n);
-  expect_error([] { preset("gpt3"); }, needles);
-  expect_error([] { preset(""); }, {"''", "transformer-base"});
-  expect_error([] { preset("Bert-Base"); }, {"'Bert-Base'"});  // names are exact
+  expect_error_all([] { preset("gpt3"); }, needles);
+  expect_error_all([] { preset(""); }, {"''", "transformer-base"});
+  expect_error_all([] { preset("Bert-Base"); }, {"'Bert-Base'"});  // names are exact
 }
 
 }  // namespace

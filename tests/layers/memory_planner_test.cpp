@@ -16,21 +16,12 @@
 
 #include "core/error.h"
 #include "layers/device_allocator.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::layers {
 namespace {
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected seqbench::Error containing \"" << needles.front() << "\"";
-  } catch (const Error& e) {
-    for (const std::string& needle : needles)
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-          << "missing \"" << needle << "\" in " << e.what();
-  }
-}
+using seqbench::testing::expect_error_all;
 
 // "t<i>". Built by appending: GCC 12's -Wrestrict misfires on "t" + std::to_string(i).
 std::string tensor_name(int i) {
@@ -103,9 +94,9 @@ TEST(AlignUp, RoundsToPowersOfTwoAndRefusesOthers) {
   EXPECT_EQ(align_up(256, 256), 256u);
   EXPECT_EQ(align_up(257, 16), 272u);
   EXPECT_EQ(align_up(13, 1), 13u);
-  expect_error([] { align_up(10, 24); }, {"alignment 24", "power of two"});
-  expect_error([] { align_up(10, 0); }, {"alignment 0"});
-  expect_error([] { align_up(std::numeric_limits<std::size_t>::max(), 16); }, {"overflows"});
+  expect_error_all([] { align_up(10, 24); }, {"alignment 24", "power of two"});
+  expect_error_all([] { align_up(10, 0); }, {"alignment 0"});
+  expect_error_all([] { align_up(std::numeric_limits<std::size_t>::max(), 16); }, {"overflows"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -144,19 +135,20 @@ TEST(LifetimeRecorder, RefusesDescriptionBugs) {
     LifetimeRecorder rec;
     const TensorId a = rec.tensor("a", 8);
     const TensorId b = rec.tensor("b", 8);
-    expect_error([&] { rec.op("oops", {a}, {b}); }, {"op 'oops'", "reads tensor 'a' before any op wrote it"});
-    expect_error([&] { rec.op("inplace_first", {a}, {a}); }, {"'a' before any op wrote it"});
+    expect_error_all([&] { rec.op("oops", {a}, {b}); },
+                     {"op 'oops'", "reads tensor 'a' before any op wrote it"});
+    expect_error_all([&] { rec.op("inplace_first", {a}, {a}); }, {"'a' before any op wrote it"});
   }
   {
     LifetimeRecorder rec;
     rec.tensor("a", 8);
-    expect_error([&] { rec.tensor("a", 16); }, {"'a' is declared twice"});
-    expect_error([&] { rec.tensor("", 16); }, {"needs a name"});
-    expect_error([&] { rec.op("bad_id", {}, {42}); }, {"op 'bad_id'", "tensor id 42"});
-    expect_error([&] { rec.lifetimes(); }, {"'a' is declared but no op uses it"});
-    expect_error([&] { rec.name(99); }, {"tensor id 99"});
+    expect_error_all([&] { rec.tensor("a", 16); }, {"'a' is declared twice"});
+    expect_error_all([&] { rec.tensor("", 16); }, {"needs a name"});
+    expect_error_all([&] { rec.op("bad_id", {}, {42}); }, {"op 'bad_id'", "tensor id 42"});
+    expect_error_all([&] { rec.lifetimes(); }, {"'a' is declared but no op uses it"});
+    expect_error_all([&] { rec.name(99); }, {"tensor id 99"});
   }
-  expect_error([] { LifetimeRecorder bad(48); }, {"alignment 48"});
+  expect_error_all([] { LifetimeRecorder bad(48); }, {"alignment 48"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,12 +228,12 @@ TEST(PlanMemory, EmptyAndExternalTensorsOccupyNothing) {
 }
 
 TEST(PlanMemory, RefusesInvalidLifetimes) {
-  expect_error([] { plan_memory({lt("a", 8, 3, 2)}); }, {"'a'", "first_step 3 is after last_step 2"});
-  expect_error([] { plan_memory({lt("a", 8, -1, 2)}); }, {"'a'", "first_step -1 is negative"});
-  expect_error([] { plan_memory({lt("a", 8, 0, 2, 100)}); }, {"'a'", "alignment 100"});
+  expect_error_all([] { plan_memory({lt("a", 8, 3, 2)}); }, {"'a'", "first_step 3 is after last_step 2"});
+  expect_error_all([] { plan_memory({lt("a", 8, -1, 2)}); }, {"'a'", "first_step -1 is negative"});
+  expect_error_all([] { plan_memory({lt("a", 8, 0, 2, 100)}); }, {"'a'", "alignment 100"});
   TensorLifetime ext = lt("x", 8, 0, 1);
   ext.external = true;
-  expect_error([&] { plan_memory({ext}); }, {"'x'", "external", "8 bytes"});
+  expect_error_all([&] { plan_memory({ext}); }, {"'x'", "external", "8 bytes"});
 }
 
 TEST(PlanMemory, IsDeterministic) {
@@ -303,7 +295,7 @@ TEST(PlanVerifier, CatchesAPlantedOverlapAndNamesBothTensors) {
   EXPECT_NE(problems[0].find("[768, 1768)"), std::string::npos) << problems[0];
   EXPECT_NE(problems[1].find("'b'"), std::string::npos) << problems[1];
   EXPECT_NE(problems[1].find("'c'"), std::string::npos) << problems[1];
-  expect_error([&] { check_plan(t, p); }, {"memory plan check failed", "'a'", "'b'", "'c'"});
+  expect_error_all([&] { check_plan(t, p); }, {"memory plan check failed", "'a'", "'b'", "'c'"});
 }
 
 TEST(PlanVerifier, ByteRangesThatOnlyTouchDoNotOverlap) {
@@ -411,12 +403,12 @@ TEST(MemoryManager, ARequestAboveThePlanNamesTheRequestAndTheLimit) {
   rec.op("b", {h}, {x});
   MemoryManager m(rec.lifetimes(), host);
   EXPECT_NE(m.get(h, 4096), nullptr);
-  expect_error([&] { m.get(h, 4097); },
-               {"'enc0.attn.d_probs'", "requested 4097 bytes", "planned maximum of 4096"});
-  expect_error([&] { m.get(x, 8); }, {"'x' is external"});
-  expect_error([&] { m.get(7, 8); }, {"tensor id 7", "2 planned"});
+  expect_error_all([&] { m.get(h, 4097); },
+                   {"'enc0.attn.d_probs'", "requested 4097 bytes", "planned maximum of 4096"});
+  expect_error_all([&] { m.get(x, 8); }, {"'x' is external"});
+  expect_error_all([&] { m.get(7, 8); }, {"tensor id 7", "2 planned"});
   EXPECT_EQ(m.id("enc0.attn.d_probs"), h);
-  expect_error([&] { m.id("nope"); }, {"'nope'"});
+  expect_error_all([&] { m.id("nope"); }, {"'nope'"});
 }
 
 TEST(MemoryManager, CheckingModeRefusesATensorOutsideItsLifetime) {
@@ -428,16 +420,16 @@ TEST(MemoryManager, CheckingModeRefusesATensorOutsideItsLifetime) {
   m.set_step(4);
   EXPECT_NO_THROW(m.get(0, 64));
   m.set_step(5);
-  expect_error([&] { m.get(0, 64); }, {"'a'", "step 5", "lifetime 2..4", "differs from the dry run"});
+  expect_error_all([&] { m.get(0, 64); }, {"'a'", "step 5", "lifetime 2..4", "differs from the dry run"});
   m.set_step(1);
-  expect_error([&] { m.get(0, 64); }, {"step 1"});
+  expect_error_all([&] { m.get(0, 64); }, {"step 1"});
   m.set_step(-1);
   EXPECT_NO_THROW(m.get(0, 64));
 }
 
 TEST(MemoryManager, RefusesAMisalignedBlockAndFreesIt) {
   MisalignedAllocator bad;
-  expect_error([&] { MemoryManager m({lt("a", 64, 0, 1)}, bad); }, {"not aligned to 256"});
+  expect_error_all([&] { MemoryManager m({lt("a", 64, 0, 1)}, bad); }, {"not aligned to 256"});
   EXPECT_EQ(bad.frees, 1);
 }
 
