@@ -15,6 +15,9 @@ void add_softmax_experiments(SuiteSpec& suite, const SuiteOptions& options);
 void add_dropout_experiments(SuiteSpec& suite, const SuiteOptions& options);
 void add_bias_act_dropout_experiments(SuiteSpec& suite, const SuiteOptions& options);
 void add_bias_dropout_residual_experiments(SuiteSpec& suite, const SuiteOptions& options);
+void add_cross_entropy_experiments(SuiteSpec& suite, const SuiteOptions& options);
+void add_embedding_experiments(SuiteSpec& suite, const SuiteOptions& options);
+void add_qkv_reshape_experiments(SuiteSpec& suite, const SuiteOptions& options);
 
 // Each family's kernels against reference/, over random shapes (odd ones included) and all three
 // dtypes, outputs poisoned first. `seqbench check` and the family's gtest both run these.
@@ -23,6 +26,9 @@ std::vector<CheckResult> softmax_gpu_checks(std::uint64_t seed);
 std::vector<CheckResult> dropout_gpu_checks(std::uint64_t seed);
 std::vector<CheckResult> bias_act_dropout_gpu_checks(std::uint64_t seed);
 std::vector<CheckResult> bias_dropout_residual_gpu_checks(std::uint64_t seed);
+std::vector<CheckResult> cross_entropy_gpu_checks(std::uint64_t seed);
+std::vector<CheckResult> embedding_gpu_checks(std::uint64_t seed);
+std::vector<CheckResult> qkv_reshape_gpu_checks(std::uint64_t seed);
 
 }  // namespace seqbench::operators
 

@@ -12,11 +12,15 @@ SuiteSpec operators_suite(const SuiteOptions& options) {
   operators::add_dropout_experiments(suite, options);
   operators::add_bias_act_dropout_experiments(suite, options);
   operators::add_bias_dropout_residual_experiments(suite, options);
+  operators::add_cross_entropy_experiments(suite, options);
+  operators::add_embedding_experiments(suite, options);
+  operators::add_qkv_reshape_experiments(suite, options);
   suite.gpu_checks = [](std::uint64_t seed) {
     std::vector<CheckResult> all;
-    for (auto* family :
-         {operators::layernorm_gpu_checks, operators::softmax_gpu_checks, operators::dropout_gpu_checks,
-          operators::bias_act_dropout_gpu_checks, operators::bias_dropout_residual_gpu_checks}) {
+    for (auto* family : {operators::layernorm_gpu_checks, operators::softmax_gpu_checks,
+                         operators::dropout_gpu_checks, operators::bias_act_dropout_gpu_checks,
+                         operators::bias_dropout_residual_gpu_checks, operators::cross_entropy_gpu_checks,
+                         operators::embedding_gpu_checks, operators::qkv_reshape_gpu_checks}) {
       auto checks = family(seed);
       all.insert(all.end(), checks.begin(), checks.end());
     }

@@ -1,0 +1,2 @@
+// Scaffold: the embedding CPU validation tests (issue #3) are being written on their own branch.
+#include <gtest/gtest.h>
