@@ -6,5 +6,6 @@
 
 #include "layers/config.h"
 #include "layers/device_allocator.h"
+#include "layers/gemm.h"
 #include "layers/layer_temporaries.h"
 #include "layers/memory_planner.h"

@@ -892,7 +892,7 @@ std::vector<CheckResult> gradcheck_checks(std::uint64_t seed) {
   return results;
 }
 
-constexpr std::array<ReferenceCheckGroup, 10> kGroups{{
+constexpr std::array<ReferenceCheckGroup, 11> kGroups{{
     {"layernorm", &layernorm_checks},
     {"softmax", &softmax_checks},
     {"dropout", &dropout_checks},
@@ -901,6 +901,7 @@ constexpr std::array<ReferenceCheckGroup, 10> kGroups{{
     {"embedding", &embedding_checks},
     {"cross_entropy", &cross_entropy_checks},
     {"attention", &attention_checks},
+    {"transformer_layer", &transformer_layer_checks},
     {"optimizers", &optimizer_checks},
     {"gradcheck", &gradcheck_checks},
 }};

@@ -30,7 +30,8 @@ struct ReferenceCheckGroup {
 };
 
 // Every group, in a fixed order: layernorm, softmax, dropout, bias_act_dropout,
-// bias_dropout_residual, embedding, cross_entropy, attention, optimizers, gradcheck.
+// bias_dropout_residual, embedding, cross_entropy, attention, transformer_layer, optimizers,
+// gradcheck.
 std::span<const ReferenceCheckGroup> reference_check_groups();
 
 // All groups' results for one seed, in group order. Takes well under a second in a Release build.

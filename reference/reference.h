@@ -29,6 +29,7 @@
 //   cross_entropy.h          label-smoothed cross-entropy, paper and fairseq conventions
 //   linear.h                 y = x·Wᵀ + b (PyTorch layout)
 //   attention.h              scaled dot-product attention and multi-head attention
+//   transformer_layer.h      encoder and decoder layers (pre-/post-LN) composed from the above
 //   optimizers.h             Adam, AdamW, SGD (momentum, Nesterov), PyTorch semantics
 //   gradcheck.h              the finite-difference gradient checker and its tolerance
 //   checks.h                 run_reference_checks(): every gradcheck and closed-form test
@@ -47,3 +48,4 @@
 #include "reference/optimizers.h"
 #include "reference/softmax.h"
 #include "reference/tensor.h"
+#include "reference/transformer_layer.h"

@@ -57,6 +57,9 @@ TEST(ReferenceChecksSummary, EveryBackwardIsGradcheckedAndNamesAreUnique) {
         "reference/embedding/gradcheck_sinusoidal", "reference/embedding/gradcheck_learned",
         "reference/cross_entropy/gradcheck_paper", "reference/cross_entropy/gradcheck_fairseq",
         "reference/attention/gradcheck", "reference/attention/gradcheck_mha",
+        "reference/transformer_layer/gradcheck_encoder", "reference/transformer_layer/gradcheck_decoder",
+        "reference/transformer_layer/gradcheck_detects_missing_residual",
+        "reference/transformer_layer/pre_ln_zero_sublayers_is_identity",
         "reference/gradcheck/detects_perturbed_gradient", "reference/gradcheck/detects_missing_term"}) {
     EXPECT_TRUE(names.count(expected)) << "missing check " << expected;
   }
