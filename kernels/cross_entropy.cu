@@ -1,2 +1,758 @@
-// Scaffold: the cross_entropy kernel family (issue #3) is being written on its own branch.
+// Label-smoothed cross-entropy kernels: the fused one-pass forward (online log-sum-exp), the
+// elementwise backward from the saved lse, the fixed-order totals, and the unfused eager-like
+// baseline. Thread mappings and semantics are documented in kernels/cross_entropy.h.
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "core/nvtx.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/packed.h"
+#include "kernels/reduce.cuh"
+
+namespace seqbench::kernels {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kWarp = 32;
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread in the streaming loops
+constexpr int kUnfusedRowThreads = 256;
+constexpr std::size_t kUnfusedAlign = 256;
+
+// ---------------------------------------------------------------------------------------------
+// Device helpers
+
+template <bool kWarpTeam>
+struct Team {
+  __device__ static int size() { return kWarpTeam ? kWarp : static_cast<int>(blockDim.x); }
+  __device__ static int lane() {
+    return kWarpTeam ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
+  }
+  __device__ static int index() { return kWarpTeam ? static_cast<int>(threadIdx.x) / kWarp : 0; }
+  __device__ static int per_block() { return kWarpTeam ? static_cast<int>(blockDim.x) / kWarp : 1; }
+};
+
+// Warp teams reduce with shuffles only (no barrier: a warp may leave early); block teams add one
+// shared-memory exchange (every thread of the block must call).
+template <bool kWarpTeam>
+__device__ __forceinline__ float team_max(float v) {
+  if constexpr (kWarpTeam)
+    return warp_reduce_max(v);
+  else
+    return block_reduce_max(v);
+}
+
+template <bool kWarpTeam>
+__device__ __forceinline__ float team_sum(float v) {
+  if constexpr (kWarpTeam)
+    return warp_reduce_sum(v);
+  else
+    return block_reduce_sum(v);
+}
+
+// The elements of a row before its first 16-byte aligned element (0 for scalar access), at most
+// vocab. Pointers are aligned to their element (checked on the host).
+template <class T, int kVec>
+__device__ __forceinline__ int head_elements(const T* row, int vocab) {
+  if constexpr (kVec == 1) {
+    return 0;
+  } else {
+    const auto phase = static_cast<int>((reinterpret_cast<std::uintptr_t>(row) / sizeof(T)) % kVec);
+    const int head = phase == 0 ? 0 : kVec - phase;
+    return head < vocab ? head : vocab;
+  }
+}
+
+// One thread's online log-sum-exp over the values it absorbs: m = max, m2 = fl(m·log2 e),
+// s = Σ 2^(x·log2 e - m2), sx = Σ x. A chunk that raises the max rescales s once.
+struct OnlineLse {
+  float m = -INFINITY;
+  float m2 = -INFINITY;
+  float s = 0.0f;
+  float sx = 0.0f;
+
+  template <int K>
+  __device__ __forceinline__ void absorb(const float (&v)[K]) {
+    float cm = m;
+#pragma unroll
+    for (int k = 0; k < K; ++k) cm = fmaxf(cm, v[k]);
+    if (cm > m) {  // exp2f(-inf) = 0 rescales the empty start
+      const float cm2 = cm * kLog2e;
+      s *= exp2f(m2 - cm2);
+      m = cm;
+      m2 = cm2;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      s += exp2f(fmaf(v[k], kLog2e, -m2));
+      sx += v[k];
+    }
+  }
+};
+
+template <class T>
+struct ForwardArgs {
+  float* loss;  // [rows]
+  float* nll;   // [rows] or null
+  float* lse;   // [rows] or null
+  const T* logits;
+  const std::int32_t* targets;
+  std::int64_t rows;
+  int vocab;
+  bool has_ignore;
+  std::int32_t ignore_index;
+  float w_diff;   // w_t - w_o
+  float w_other;  // w_o
+};
+
+template <class T>
+__device__ __forceinline__ void write_row_results(const ForwardArgs<T>& a, std::int64_t row, float loss,
+                                                  float nll, float lse) {
+  a.loss[row] = loss;
+  if (a.nll) a.nll[row] = nll;
+  if (a.lse) a.lse[row] = lse;
+}
+
+template <class T, bool kWarpTeam>
+__global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
+    cross_entropy_forward_kernel(const ForwardArgs<T> a) {
+  constexpr int kVec = Packed<T>::kSize;
+  using V = Packed<T>;
+  using TeamT = Team<kWarpTeam>;
+  const int team = TeamT::size(), lane = TeamT::lane();
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * TeamT::per_block() + TeamT::index();
+  if (row >= a.rows) return;  // warp teams of the last block only; uniform per team
+  const int vocab = a.vocab;
+  const std::int32_t target = a.targets[row];
+  if (a.has_ignore && target == a.ignore_index) {  // uniform per team
+    if (lane == 0) write_row_results(a, row, 0.0f, 0.0f, 0.0f);
+    return;
+  }
+  if (target < 0 || target >= vocab) {  // the documented error signal; nothing is read
+    if (lane == 0) write_row_results(a, row, NAN, NAN, NAN);
+    return;
+  }
+  const T* __restrict__ xr = a.logits + row * vocab;
+  const int head = head_elements<T, kVec>(xr, vocab);
+  const int nvec = (vocab - head) / kVec;
+  const int tail0 = head + nvec * kVec;
+
+  OnlineLse st;
+  if (lane < head) {
+    const float v[1] = {to_float(xr[lane])};
+    st.absorb(v);
+  }
+  if (lane < vocab - tail0) {
+    const float v[1] = {to_float(xr[tail0 + lane])};
+    st.absorb(v);
+  }
+  const T* __restrict__ body = xr + head;
+  int j = lane;
+  for (; j + (kUnroll - 1) * team < nvec; j += kUnroll * team) {
+    V p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) p[u] = V::load(body + (j + u * team) * kVec);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float v[kVec];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = to_float(p[u].v[k]);
+      st.absorb(v);
+    }
+  }
+  for (; j < nvec; j += team) {
+    const V p = V::load(body + j * kVec);
+    float v[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = to_float(p.v[k]);
+    st.absorb(v);
+  }
+
+  const float m = team_max<kWarpTeam>(st.m);
+  const float m2 = m * kLog2e;
+  // A thread that absorbed nothing has s = 0 and m2 = -inf: 0 · exp2f(-inf) = 0.
+  const float s = team_sum<kWarpTeam>(st.s * exp2f(st.m2 - m2));
+  const float sx = team_sum<kWarpTeam>(st.sx);
+  if (lane == 0) {
+    const float xt = to_float(xr[target]);
+    const float lse = (m2 + log2f(s)) * kLn2;
+    const float nll = lse - xt;
+    const float smooth = fmaf(static_cast<float>(vocab), lse, -sx);  // Σ_j (lse - x_j)
+    write_row_results(a, row, fmaf(a.w_diff, nll, a.w_other * smooth), nll, lse);
+  }
+}
+
+template <class T>
+struct BackwardArgs {
+  T* dlogits;
+  const T* logits;
+  const std::int32_t* targets;
+  const float* lse;
+  const float* grad;  // [rows] or null (then grad_scale alone)
+  float grad_scale;
+  std::int64_t rows;
+  int vocab;
+  bool has_ignore;
+  std::int32_t ignore_index;
+  float w_target;
+  float w_other;
+};
+
+// Stores `value` over a whole row with the same head/body/tail layout as the compute loops.
+template <class T, int kVec>
+__device__ __forceinline__ void fill_row(T* __restrict__ dr, int vocab, int lane, int team, float value) {
+  using V = Packed<T, kVec>;
+  const int head = head_elements<T, kVec>(dr, vocab);
+  const int nvec = (vocab - head) / kVec;
+  const int tail0 = head + nvec * kVec;
+  const T v = from_float<T>(value);
+  if (lane < head) dr[lane] = v;
+  if (lane < vocab - tail0) dr[tail0 + lane] = v;
+  V p;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) p.v[k] = v;
+  for (int j = lane; j < nvec; j += team) p.store(dr + head + j * kVec);
+}
+
+template <class T, int kVec, bool kWarpTeam>
+__global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
+    cross_entropy_backward_kernel(const BackwardArgs<T> a) {
+  using V = Packed<T, kVec>;
+  using TeamT = Team<kWarpTeam>;
+  const int team = TeamT::size(), lane = TeamT::lane();
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * TeamT::per_block() + TeamT::index();
+  if (row >= a.rows) return;
+  const int vocab = a.vocab;
+  const std::int32_t target = a.targets[row];
+  T* __restrict__ dr = a.dlogits + row * vocab;
+  if (a.has_ignore && target == a.ignore_index) {
+    fill_row<T, kVec>(dr, vocab, lane, team, 0.0f);
+    return;
+  }
+  if (target < 0 || target >= vocab) {
+    fill_row<T, kVec>(dr, vocab, lane, team, NAN);
+    return;
+  }
+  const T* __restrict__ xr = a.logits + row * vocab;
+  const float g = a.grad_scale * (a.grad ? a.grad[row] : 1.0f);
+  const float l2 = a.lse[row] * kLog2e;
+  const float wt = a.w_target, wo = a.w_other;
+  // dlogits_j = g·(q_j - p_j), q_j = 2^(x_j·log2 e - lse·log2 e).
+  const auto grad_at = [&](float x, int col) {
+    return g * (exp2f(fmaf(x, kLog2e, -l2)) - (col == target ? wt : wo));
+  };
+  // Logits and dlogits have the same 16-byte phase when kVec > 1 (checked on the host).
+  const int head = head_elements<T, kVec>(dr, vocab);
+  const int nvec = (vocab - head) / kVec;
+  const int tail0 = head + nvec * kVec;
+  if (lane < head) dr[lane] = from_float<T>(grad_at(to_float(xr[lane]), lane));
+  if (lane < vocab - tail0)
+    dr[tail0 + lane] = from_float<T>(grad_at(to_float(xr[tail0 + lane]), tail0 + lane));
+  const T* __restrict__ xb = xr + head;
+  T* __restrict__ db = dr + head;
+  int j = lane;
+  for (; j + (kUnroll - 1) * team < nvec; j += kUnroll * team) {
+    V p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) p[u] = V::load(xb + (j + u * team) * kVec);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int col = head + (j + u * team) * kVec;
+      V out;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(grad_at(to_float(p[u].v[k]), col + k));
+      out.store(db + (j + u * team) * kVec);
+    }
+  }
+  for (; j < nvec; j += team) {
+    const V p = V::load(xb + j * kVec);
+    const int col = head + j * kVec;
+    V out;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) out.v[k] = from_float<T>(grad_at(to_float(p.v[k]), col + k));
+    out.store(db + j * kVec);
+  }
+}
+
+// Block sum of an int: shuffles, one shared exchange, the same fixed tree as block_reduce_sum.
+__device__ __forceinline__ int block_reduce_sum_int(int value) {
+  __shared__ int partial[32];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  __syncthreads();
+  if (lane == 0) partial[warp] = value;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x + kWarp - 1) / kWarp;
+  value = lane < warps ? partial[lane] : 0;
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// One block: thread i adds rows i, i + blockDim.x, ... in increasing order, then the block tree.
+__global__ void __launch_bounds__(kCrossEntropyTotalsThreads)
+    cross_entropy_totals_kernel(CrossEntropyTotals* __restrict__ out, const float* __restrict__ loss,
+                                const float* __restrict__ nll, const std::int32_t* __restrict__ targets,
+                                std::int64_t rows, int vocab, bool has_ignore, std::int32_t ignore_index) {
+  float loss_sum = 0.0f, nll_sum = 0.0f;
+  int tokens = 0, invalid = 0;
+  for (std::int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    loss_sum += loss[r];
+    nll_sum += nll[r];
+    const std::int32_t t = targets[r];
+    if (has_ignore && t == ignore_index) continue;
+    if (t >= 0 && t < vocab)
+      ++tokens;
+    else
+      ++invalid;
+  }
+  loss_sum = block_reduce_sum(loss_sum);
+  nll_sum = block_reduce_sum(nll_sum);
+  tokens = block_reduce_sum_int(tokens);
+  invalid = block_reduce_sum_int(invalid);
+  if (threadIdx.x == 0) {
+    out->loss_sum = loss_sum;
+    out->nll_sum = nll_sum;
+    out->tokens = tokens;
+    out->invalid_targets = invalid;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The unfused baseline: one block of kUnfusedRowThreads per row, scalar coalesced accesses.
+
+// log_softmax: max, Σ exp(x - max), then logp = x - lse rounded to T (expf/logf, as eager).
+template <class T>
+__global__ void __launch_bounds__(kUnfusedRowThreads)
+    unfused_log_softmax_kernel(T* __restrict__ logp, const T* __restrict__ x, int vocab) {
+  const std::int64_t row = blockIdx.x;
+  const T* xr = x + row * vocab;
+  T* lr = logp + row * vocab;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, to_float(xr[j]));
+  m = block_reduce_max(m);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(to_float(xr[j]) - m);
+  s = block_reduce_sum(s);
+  const float lse = m + logf(s);
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) lr[j] = from_float<T>(to_float(xr[j]) - lse);
+}
+
+// nll_loss + the smoothing sum from logp: nll = -logp_t, smooth = -Σ logp, loss combined.
+template <class T>
+__global__ void __launch_bounds__(kUnfusedRowThreads)
+    unfused_nll_smooth_kernel(float* __restrict__ loss, float* __restrict__ nll, const T* __restrict__ logp,
+                              const std::int32_t* __restrict__ targets, int vocab, bool has_ignore,
+                              std::int32_t ignore_index, float w_diff, float w_other) {
+  const std::int64_t row = blockIdx.x;
+  const T* lr = logp + row * vocab;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += to_float(lr[j]);
+  s = block_reduce_sum(s);
+  if (threadIdx.x != 0) return;
+  const std::int32_t t = targets[row];
+  float l = 0.0f, n = 0.0f;
+  if (!(has_ignore && t == ignore_index)) {
+    if (t >= 0 && t < vocab) {
+      n = -to_float(lr[t]);
+      l = fmaf(w_diff, n, w_other * -s);
+    } else {
+      l = n = NAN;
+    }
+  }
+  loss[row] = l;
+  if (nll) nll[row] = n;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kUnfusedRowThreads)
+    unfused_backward_kernel(T* __restrict__ dlogits, const T* __restrict__ logp,
+                            const std::int32_t* __restrict__ targets, const float* __restrict__ grad,
+                            int vocab, bool has_ignore, std::int32_t ignore_index, float w_target,
+                            float w_other) {
+  const std::int64_t row = blockIdx.x;
+  const T* lr = logp + row * vocab;
+  T* dr = dlogits + row * vocab;
+  const std::int32_t t = targets[row];
+  const bool ignored = has_ignore && t == ignore_index, invalid = !ignored && (t < 0 || t >= vocab);
+  const float g = grad[row];
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float d = ignored   ? 0.0f
+                    : invalid ? NAN
+                              : g * (expf(to_float(lr[j])) - (j == t ? w_target : w_other));
+    dr[j] = from_float<T>(d);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+
+struct Span {
+  const char* name;
+  const void* ptr;
+  std::size_t bytes;
+};
+
+bool overlaps(const Span& a, const Span& b) {
+  if (a.ptr == nullptr || b.ptr == nullptr || a.bytes == 0 || b.bytes == 0) return false;
+  const auto pa = reinterpret_cast<std::uintptr_t>(a.ptr), pb = reinterpret_cast<std::uintptr_t>(b.ptr);
+  return pa < pb + b.bytes && pb < pa + a.bytes;
+}
+
+// No output may share a byte with an input or with another output.
+void require_no_overlap(const char* op, std::initializer_list<Span> outputs,
+                        std::initializer_list<Span> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const Span& i : inputs)
+      SEQBENCH_REQUIRE(!overlaps(*o, i),
+                       op << ": output " << o->name << " overlaps input " << i.name << " (no in-place)");
+    for (auto p = o + 1; p != outputs.end(); ++p)
+      SEQBENCH_REQUIRE(!overlaps(*o, *p), op << ": outputs " << o->name << " and " << p->name << " overlap");
+  }
+}
+
+template <class U>
+void require_tensor(const char* op, const char* name, const U* ptr) {
+  SEQBENCH_REQUIRE(ptr != nullptr, op << ": " << name << " is null");
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(ptr) % alignof(U) == 0,
+                   op << ": " << name << " (" << static_cast<const void*>(ptr) << ") is not aligned to "
+                      << alignof(U) << " bytes");
+}
+
+void require_rows(const char* op, std::int64_t rows) {
+  SEQBENCH_REQUIRE(rows >= 0 && rows <= kCrossEntropyMaxRows,
+                   op << ": rows (N) " << rows << " outside [0, " << kCrossEntropyMaxRows << "]");
+}
+
+void require_vocab(const char* op, std::int64_t vocab) {
+  SEQBENCH_REQUIRE(vocab >= 1 && vocab <= kCrossEntropyMaxVocab, op << ": vocabulary size (V) " << vocab
+                                                                    << " outside [1, "
+                                                                    << kCrossEntropyMaxVocab << "]");
+}
+
+CrossEntropyWeights weights_for(const char* op, const CrossEntropyConfig& c, std::int64_t vocab) {
+  require_vocab(op, vocab);
+  SEQBENCH_REQUIRE(std::isfinite(c.smoothing) && c.smoothing >= 0.0f && c.smoothing <= 1.0f,
+                   op << ": smoothing " << c.smoothing << " must be finite and in [0, 1]");
+  SEQBENCH_REQUIRE(
+      c.convention == CrossEntropySmoothing::paper || c.convention == CrossEntropySmoothing::fairseq,
+      op << ": unknown smoothing convention " << static_cast<int>(c.convention));
+  SEQBENCH_REQUIRE(
+      c.convention != CrossEntropySmoothing::fairseq || c.smoothing == 0.0f || vocab >= 2,
+      op << ": fairseq smoothing spreads ε over V-1 classes, needs vocabulary >= 2, got " << vocab);
+  const double s = c.smoothing, v = static_cast<double>(vocab);
+  if (c.convention == CrossEntropySmoothing::paper) return {1.0 - s + s / v, s / v};
+  return {1.0 - s, vocab > 1 ? s / (v - 1.0) : 0.0};
+}
+
+std::size_t matrix_bytes(std::int64_t rows, std::int64_t vocab, std::size_t element) {
+  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab) * element;
+}
+
+std::size_t row_bytes(std::int64_t rows, std::size_t element) {
+  return static_cast<std::size_t>(rows) * element;
+}
+
+unsigned grid_for(const CrossEntropyPlan& plan, std::int64_t rows) {
+  return static_cast<unsigned>((rows + plan.rows_per_block - 1) / plan.rows_per_block);
+}
+
+void launch_totals(CrossEntropyTotals* totals, const float* loss, const float* nll,
+                   const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                   const CrossEntropyConfig& config, cudaStream_t stream) {
+  cross_entropy_totals_kernel<<<1, kCrossEntropyTotalsThreads, 0, stream>>>(
+      totals, loss, nll, targets, rows, static_cast<int>(vocab), config.ignore_index.has_value(),
+      config.ignore_index.value_or(0));
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// Validation shared by the fused and unfused forwards; returns the weights.
+template <class T>
+CrossEntropyWeights validate_forward(const char* op, const float* loss, const float* nll, const float* lse,
+                                     const CrossEntropyTotals* totals, const T* logits,
+                                     const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                                     const CrossEntropyConfig& config, const void* extra_output,
+                                     std::size_t extra_bytes) {
+  require_rows(op, rows);
+  const CrossEntropyWeights w = weights_for(op, config, vocab);
+  SEQBENCH_REQUIRE(totals == nullptr || nll != nullptr,
+                   op << ": totals needs nll (nll_sum is reduced from it), nll is null");
+  if (totals) require_tensor(op, "totals", totals);
+  if (rows == 0) return w;
+  require_tensor(op, "loss", loss);
+  require_tensor(op, "logits", logits);
+  require_tensor(op, "targets", targets);
+  if (nll) require_tensor(op, "nll", nll);
+  if (lse) require_tensor(op, "lse", lse);
+  const std::size_t fr = row_bytes(rows, sizeof(float));
+  require_no_overlap(op,
+                     {{"loss", loss, fr},
+                      {"nll", nll, fr},
+                      {"lse", lse, fr},
+                      {"totals", totals, sizeof(CrossEntropyTotals)},
+                      {"logp", extra_output, extra_bytes}},
+                     {{"logits", logits, matrix_bytes(rows, vocab, sizeof(T))},
+                      {"targets", targets, row_bytes(rows, sizeof(std::int32_t))}});
+  return w;
+}
+
+template <class T>
+CrossEntropyWeights validate_backward(const char* op, const T* dlogits, const T* input,
+                                      const char* input_name, const std::int32_t* targets, const float* lse,
+                                      const float* grad, std::int64_t rows, std::int64_t vocab,
+                                      const CrossEntropyConfig& config) {
+  require_rows(op, rows);
+  const CrossEntropyWeights w = weights_for(op, config, vocab);
+  if (rows == 0) return w;
+  require_tensor(op, "dlogits", dlogits);
+  require_tensor(op, input_name, input);
+  require_tensor(op, "targets", targets);
+  if (lse) require_tensor(op, "lse", lse);
+  if (grad) require_tensor(op, "grad_loss", grad);
+  const std::size_t fr = row_bytes(rows, sizeof(float));
+  require_no_overlap(op, {{"dlogits", dlogits, matrix_bytes(rows, vocab, sizeof(T))}},
+                     {{input_name, input, matrix_bytes(rows, vocab, sizeof(T))},
+                      {"targets", targets, row_bytes(rows, sizeof(std::int32_t))},
+                      {"lse", lse, fr},
+                      {"grad_loss", grad, fr}});
+  return w;
+}
+
+template <class T>
+void backward_fused(const char* op, T* dlogits, const T* logits, const std::int32_t* targets,
+                    const float* lse, const float* grad, float grad_scale, std::int64_t rows,
+                    std::int64_t vocab, const CrossEntropyConfig& config, cudaStream_t stream) {
+  const CrossEntropyWeights w =
+      validate_backward(op, dlogits, logits, "logits", targets, lse, grad, rows, vocab, config);
+  if (rows == 0) return;
+  require_tensor(op, "lse", lse);
+  const CrossEntropyPlan plan = cross_entropy_plan(DTypeTraits<T>::dtype, vocab);
+  const auto phase = [](const T* p) {
+    return (reinterpret_cast<std::uintptr_t>(p) / sizeof(T)) % Packed<T>::kSize;
+  };
+  const bool vectorized = phase(dlogits) == phase(logits);
+  const BackwardArgs<T> args{dlogits,
+                             logits,
+                             targets,
+                             lse,
+                             grad,
+                             grad_scale,
+                             rows,
+                             static_cast<int>(vocab),
+                             config.ignore_index.has_value(),
+                             config.ignore_index.value_or(0),
+                             static_cast<float>(w.target),
+                             static_cast<float>(w.other)};
+  const unsigned grid = grid_for(plan, rows);
+  const bool warp_team = plan.team_threads == kWarp;
+  constexpr int kFull = Packed<T>::kSize;
+  if (vectorized) {
+    if (warp_team)
+      cross_entropy_backward_kernel<T, kFull, true><<<grid, plan.block_threads(), 0, stream>>>(args);
+    else
+      cross_entropy_backward_kernel<T, kFull, false><<<grid, plan.block_threads(), 0, stream>>>(args);
+  } else {
+    if (warp_team)
+      cross_entropy_backward_kernel<T, 1, true><<<grid, plan.block_threads(), 0, stream>>>(args);
+    else
+      cross_entropy_backward_kernel<T, 1, false><<<grid, plan.block_threads(), 0, stream>>>(args);
+  }
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+const char* cross_entropy_smoothing_name(CrossEntropySmoothing convention) {
+  switch (convention) {
+    case CrossEntropySmoothing::paper:
+      return "paper";
+    case CrossEntropySmoothing::fairseq:
+      return "fairseq";
+  }
+  return "?";
+}
+
+CrossEntropySmoothing parse_cross_entropy_smoothing(std::string_view name) {
+  if (name == "paper") return CrossEntropySmoothing::paper;
+  if (name == "fairseq") return CrossEntropySmoothing::fairseq;
+  SEQBENCH_FAIL("cross_entropy: unknown smoothing convention \"" << std::string(name)
+                                                                 << "\" (accepted: paper, fairseq)");
+}
+
+CrossEntropyWeights cross_entropy_weights(const CrossEntropyConfig& config, std::int64_t vocab) {
+  return weights_for("cross_entropy_weights", config, vocab);
+}
+
+std::int64_t CrossEntropyPlan::max_thread_rescales(std::int64_t vocab) const {
+  const std::int64_t body = vocab / vector;  // whole vectors of the body, at most
+  return (body + team_threads - 1) / team_threads + 2;
+}
+
+std::int64_t CrossEntropyPlan::max_thread_elements(std::int64_t vocab) const {
+  const std::int64_t body = vocab / vector;
+  return (body + team_threads - 1) / team_threads * vector + 2;
+}
+
+CrossEntropyPlan cross_entropy_plan(DType dtype, std::int64_t vocab) {
+  require_vocab("cross_entropy_plan", vocab);
+  CrossEntropyPlan p;
+  p.vector = kVectorBytes / static_cast<int>(dtype_size(dtype));
+  const std::int64_t vectors = (vocab + p.vector - 1) / p.vector;
+  if (vectors <= kCrossEntropyWarpTeamMaxVectors) {
+    p.team_threads = kWarp;
+    p.rows_per_block = kCrossEntropyWarpRowsPerBlock;
+    return p;
+  }
+  p.team_threads = kCrossEntropyMinBlockTeam;
+  while (p.team_threads < kCrossEntropyMaxBlockTeam &&
+         static_cast<std::int64_t>(p.team_threads) * kCrossEntropyVectorsPerThread < vectors)
+    p.team_threads *= 2;
+  p.rows_per_block = 1;
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused launchers
+
+template <class T>
+void launch_cross_entropy_forward(float* loss, float* nll, float* lse, CrossEntropyTotals* totals,
+                                  const T* logits, const std::int32_t* targets, std::int64_t rows,
+                                  std::int64_t vocab, const CrossEntropyConfig& config, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("cross_entropy_fwd");
+  constexpr const char* op = "cross_entropy_forward";
+  const CrossEntropyWeights w =
+      validate_forward(op, loss, nll, lse, totals, logits, targets, rows, vocab, config, nullptr, 0);
+  if (rows > 0) {
+    const CrossEntropyPlan plan = cross_entropy_plan(DTypeTraits<T>::dtype, vocab);
+    const ForwardArgs<T> args{loss,
+                              nll,
+                              lse,
+                              logits,
+                              targets,
+                              rows,
+                              static_cast<int>(vocab),
+                              config.ignore_index.has_value(),
+                              config.ignore_index.value_or(0),
+                              static_cast<float>(w.target - w.other),
+                              static_cast<float>(w.other)};
+    const unsigned grid = grid_for(plan, rows);
+    if (plan.team_threads == kWarp)
+      cross_entropy_forward_kernel<T, true><<<grid, plan.block_threads(), 0, stream>>>(args);
+    else
+      cross_entropy_forward_kernel<T, false><<<grid, plan.block_threads(), 0, stream>>>(args);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  }
+  if (totals) launch_totals(totals, loss, nll, targets, rows, vocab, config, stream);
+}
+
+template <class T>
+void launch_cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, const float* lse,
+                                   const float* grad_loss, std::int64_t rows, std::int64_t vocab,
+                                   const CrossEntropyConfig& config, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("cross_entropy_bwd");
+  constexpr const char* op = "cross_entropy_backward";
+  if (rows > 0) require_tensor(op, "grad_loss", grad_loss);
+  backward_fused(op, dlogits, logits, targets, lse, grad_loss, 1.0f, rows, vocab, config, stream);
+}
+
+template <class T>
+void launch_cross_entropy_backward_scalar(T* dlogits, const T* logits, const std::int32_t* targets,
+                                          const float* lse, float grad_loss_sum, std::int64_t rows,
+                                          std::int64_t vocab, const CrossEntropyConfig& config,
+                                          cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("cross_entropy_bwd_scalar");
+  constexpr const char* op = "cross_entropy_backward_scalar";
+  SEQBENCH_REQUIRE(std::isfinite(grad_loss_sum),
+                   op << ": grad_loss_sum " << grad_loss_sum << " must be finite");
+  backward_fused(op, dlogits, logits, targets, lse, nullptr, grad_loss_sum, rows, vocab, config, stream);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unfused baseline
+
+std::size_t cross_entropy_unfused_logp_bytes(DType dtype, std::int64_t rows, std::int64_t vocab) {
+  constexpr const char* op = "cross_entropy_unfused_logp_bytes";
+  require_rows(op, rows);
+  require_vocab(op, vocab);
+  return matrix_bytes(rows, vocab, dtype_size(dtype));
+}
+
+template <class T>
+void launch_cross_entropy_forward_unfused(float* loss, float* nll, CrossEntropyTotals* totals, T* logp,
+                                          std::size_t logp_bytes, const T* logits,
+                                          const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                                          const CrossEntropyConfig& config, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("cross_entropy_fwd_unfused");
+  constexpr const char* op = "cross_entropy_forward_unfused";
+  require_rows(op, rows);
+  require_vocab(op, vocab);
+  const std::size_t need = cross_entropy_unfused_logp_bytes(DTypeTraits<T>::dtype, rows, vocab);
+  const CrossEntropyWeights w =
+      validate_forward(op, loss, nll, nullptr, totals, logits, targets, rows, vocab, config, logp, need);
+  if (rows > 0) {
+    SEQBENCH_REQUIRE(logp != nullptr, op << ": logp workspace is null, " << need << " bytes are needed");
+    SEQBENCH_REQUIRE(logp_bytes >= need,
+                     op << ": logp workspace has " << logp_bytes << " bytes, " << need << " are needed");
+    SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(logp) % kUnfusedAlign == 0,
+                     op << ": logp workspace is not aligned to " << kUnfusedAlign << " bytes");
+    const auto grid = static_cast<unsigned>(rows);
+    const int v = static_cast<int>(vocab);
+    unfused_log_softmax_kernel<T><<<grid, kUnfusedRowThreads, 0, stream>>>(logp, logits, v);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+    unfused_nll_smooth_kernel<T><<<grid, kUnfusedRowThreads, 0, stream>>>(
+        loss, nll, logp, targets, v, config.ignore_index.has_value(), config.ignore_index.value_or(0),
+        static_cast<float>(w.target - w.other), static_cast<float>(w.other));
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  }
+  if (totals) launch_totals(totals, loss, nll, targets, rows, vocab, config, stream);
+}
+
+template <class T>
+void launch_cross_entropy_backward_unfused(T* dlogits, const T* logp, const std::int32_t* targets,
+                                           const float* grad_loss, std::int64_t rows, std::int64_t vocab,
+                                           const CrossEntropyConfig& config, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("cross_entropy_bwd_unfused");
+  constexpr const char* op = "cross_entropy_backward_unfused";
+  if (rows > 0) require_tensor(op, "grad_loss", grad_loss);
+  const CrossEntropyWeights w =
+      validate_backward(op, dlogits, logp, "logp", targets, nullptr, grad_loss, rows, vocab, config);
+  if (rows == 0) return;
+  unfused_backward_kernel<T><<<static_cast<unsigned>(rows), kUnfusedRowThreads, 0, stream>>>(
+      dlogits, logp, targets, grad_loss, static_cast<int>(vocab), config.ignore_index.has_value(),
+      config.ignore_index.value_or(0), static_cast<float>(w.target), static_cast<float>(w.other));
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explicit instantiations: the one place the three element types are named.
+
+#define SEQBENCH_CROSS_ENTROPY_INSTANTIATE(T)                                                             \
+  template void launch_cross_entropy_forward<T>(float*, float*, float*, CrossEntropyTotals*, const T*,    \
+                                                const std::int32_t*, std::int64_t, std::int64_t,          \
+                                                const CrossEntropyConfig&, cudaStream_t);                 \
+  template void launch_cross_entropy_backward<T>(T*, const T*, const std::int32_t*, const float*,         \
+                                                 const float*, std::int64_t, std::int64_t,                \
+                                                 const CrossEntropyConfig&, cudaStream_t);                \
+  template void launch_cross_entropy_backward_scalar<T>(T*, const T*, const std::int32_t*, const float*,  \
+                                                        float, std::int64_t, std::int64_t,                \
+                                                        const CrossEntropyConfig&, cudaStream_t);         \
+  template void launch_cross_entropy_forward_unfused<T>(                                                  \
+      float*, float*, CrossEntropyTotals*, T*, std::size_t, const T*, const std::int32_t*, std::int64_t,  \
+      std::int64_t, const CrossEntropyConfig&, cudaStream_t);                                             \
+  template void launch_cross_entropy_backward_unfused<T>(T*, const T*, const std::int32_t*, const float*, \
+                                                         std::int64_t, std::int64_t,                      \
+                                                         const CrossEntropyConfig&, cudaStream_t);
+
+SEQBENCH_CROSS_ENTROPY_INSTANTIATE(float)
+SEQBENCH_CROSS_ENTROPY_INSTANTIATE(__half)
+SEQBENCH_CROSS_ENTROPY_INSTANTIATE(__nv_bfloat16)
+
+#undef SEQBENCH_CROSS_ENTROPY_INSTANTIATE
+
+}  // namespace seqbench::kernels

@@ -1,12 +1,592 @@
-// Scaffold: the cross_entropy experiments and GPU checks (issue #3) are being written on their own branch.
+// Operator-suite experiments and GPU checks for the label-smoothed cross-entropy family
+// (kernels/cross_entropy.h, LightSeq2's criterion).
+//
+// Experiments: N batch tokens x V vocabulary, V in {32000 (Transformer-big BPE), 50257 (GPT-2, odd:
+// rows are not 16-byte aligned)}, N in {4096, 8192} (quick: 1024), fp32 and bf16 (quick: bf16),
+// forward and backward; baseline "unfused" (log_softmax writing logp in T, NLL + smoothing sum,
+// totals; backward one kernel from logp), variant "fused". fairseq convention, ε = 0.1,
+// ignore_index = 1 (fairseq's padding index) with targets drawn from [2, V): no row is ignored, so
+// both variants read every logit. Minimal bytes: forward N·V·sizeof(T) logits + 4N targets read,
+// 12N (loss, nll, lse) + 16 (totals) written; backward N·V·sizeof(T) read + N·V·sizeof(T) written
+// + 12N (targets, lse, grad_loss). Every shape has >= 16M elements.
+//
+// Checks: fused forward (loss, nll, lse), totals, fused backward (per-row and scalar upstream
+// gradient), unfused forward and backward, against reference/cross_entropy.h in double; the
+// out-of-range-target signal; bitwise repeatability of the fused kernels. >= 50 shapes x 3 dtypes,
+// outputs poisoned, guards after every output.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "core/device_buffer.h"
+#include "core/dtype.h"
+#include "kernels/cross_entropy.h"
+#include "reference/cross_entropy.h"
+#include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 
 namespace seqbench::operators {
+namespace {
 
-void add_cross_entropy_experiments(SuiteSpec&, const SuiteOptions&) {}
+using namespace check_util;
+using kernels::CrossEntropyConfig;
+using kernels::CrossEntropySmoothing;
+using kernels::CrossEntropyTotals;
 
-std::vector<CheckResult> cross_entropy_gpu_checks(std::uint64_t) {
-  return {};
+constexpr float kBenchSmoothing = 0.1f;
+constexpr std::int32_t kBenchPad = 1;
+constexpr std::uint64_t kBenchSeed = 20240923;
+
+// ---------------------------------------------------------------------------------------------
+// Experiments
+
+std::vector<std::int32_t> random_targets(std::size_t n, std::uint64_t seed, std::int32_t lo,
+                                         std::int32_t hi) {
+  std::vector<std::int32_t> t(n);
+  std::uint64_t state = seed;
+  for (auto& v : t)
+    v = lo + static_cast<std::int32_t>(splitmix64(state) % static_cast<std::uint64_t>(hi - lo));
+  return t;
+}
+
+CrossEntropyConfig bench_config() {
+  CrossEntropyConfig c;
+  c.smoothing = kBenchSmoothing;
+  c.convention = CrossEntropySmoothing::fairseq;
+  c.ignore_index = kBenchPad;
+  return c;
+}
+
+template <class T>
+struct BenchState {
+  std::int64_t rows, vocab;
+  DeviceBuffer<T> logits, dlogits, logp;
+  DeviceBuffer<std::int32_t> targets;
+  DeviceBuffer<float> loss, nll, lse, grad;
+  DeviceBuffer<CrossEntropyTotals> totals;
+  BenchState(std::int64_t n, std::int64_t v, bool backward)
+      : rows(n),
+        vocab(v),
+        logits(static_cast<std::size_t>(n * v)),
+        dlogits(backward ? static_cast<std::size_t>(n * v) : 0),
+        logp(static_cast<std::size_t>(n * v)),
+        targets(random_targets(static_cast<std::size_t>(n), kBenchSeed + 1, kBenchPad + 1,
+                               static_cast<std::int32_t>(v))),
+        loss(static_cast<std::size_t>(n)),
+        nll(static_cast<std::size_t>(n)),
+        lse(static_cast<std::size_t>(n)),
+        grad(static_cast<std::size_t>(n)),
+        totals(1) {
+    fill(logits, kBenchSeed + 2, -8.0f, 8.0f);
+    fill(grad, kBenchSeed + 3, 0.0f, 1.0f);
+  }
+};
+
+template <class T>
+ExperimentSpec cross_entropy_experiment(std::int64_t rows, std::int64_t vocab, bool backward) {
+  const std::string dtype = DTypeTraits<T>::name;
+  ExperimentSpec e;
+  e.name = std::string(backward ? "cross_entropy_bwd/" : "cross_entropy_fwd/") + dtype +
+           "/N=" + std::to_string(rows) + ",V=" + std::to_string(vocab);
+  e.params = {{"op", "label_smoothed_cross_entropy"},
+              {"direction", backward ? "backward" : "forward"},
+              {"dtype", dtype},
+              {"rows", rows},
+              {"vocab", vocab},
+              {"convention", "fairseq"},
+              {"smoothing", std::round(kBenchSmoothing * 1e6) / 1e6},
+              {"ignore_index", kBenchPad},
+              {"ignored_rows", 0},
+              {"figure", "LightSeq2 criterion"}};
+  e.baseline = "unfused";
+  const double s = sizeof(T), n = static_cast<double>(rows), nv = n * static_cast<double>(vocab);
+  const double bytes = backward ? 2.0 * nv * s + 12.0 * n : nv * s + 16.0 * n + 16.0;
+  // Per element: forward max, fma, exp2, two adds = 5; backward fma, exp2, subtract, multiply = 4.
+  const double flops = nv * (backward ? 4.0 : 5.0);
+  e.variants = {{"unfused", bytes, flops}, {"fused", bytes, flops}};
+  e.prepare = [rows, vocab, backward] {
+    auto st = std::make_shared<BenchState<T>>(rows, vocab, backward);
+    const CrossEntropyConfig config = bench_config();
+    PreparedExperiment p;
+    if (!backward) {
+      p.variants.push_back([st, config](cudaStream_t stream) {
+        kernels::launch_cross_entropy_forward_unfused<T>(
+            st->loss.data(), st->nll.data(), st->totals.data(), st->logp.data(), st->logp.bytes(),
+            st->logits.data(), st->targets.data(), st->rows, st->vocab, config, stream);
+      });
+      p.variants.push_back([st, config](cudaStream_t stream) {
+        kernels::launch_cross_entropy_forward<T>(st->loss.data(), st->nll.data(), st->lse.data(),
+                                                 st->totals.data(), st->logits.data(), st->targets.data(),
+                                                 st->rows, st->vocab, config, stream);
+      });
+    } else {
+      // What each backward reads: the fused forward's lse, the unfused forward's logp.
+      kernels::launch_cross_entropy_forward<T>(st->loss.data(), st->nll.data(), st->lse.data(), nullptr,
+                                               st->logits.data(), st->targets.data(), rows, vocab, config,
+                                               nullptr);
+      kernels::launch_cross_entropy_forward_unfused<T>(st->loss.data(), st->nll.data(), nullptr,
+                                                       st->logp.data(), st->logp.bytes(), st->logits.data(),
+                                                       st->targets.data(), rows, vocab, config, nullptr);
+      SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+      p.variants.push_back([st, config](cudaStream_t stream) {
+        kernels::launch_cross_entropy_backward_unfused<T>(st->dlogits.data(), st->logp.data(),
+                                                          st->targets.data(), st->grad.data(), st->rows,
+                                                          st->vocab, config, stream);
+      });
+      p.variants.push_back([st, config](cudaStream_t stream) {
+        kernels::launch_cross_entropy_backward<T>(st->dlogits.data(), st->logits.data(), st->targets.data(),
+                                                  st->lse.data(), st->grad.data(), st->rows, st->vocab,
+                                                  config, stream);
+      });
+    }
+    p.state = st;
+    return p;
+  };
+  return e;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tolerances. Inputs are T values, exact in double, so the reference sees exactly what the kernel
+// reads. u = 2^-24 (one fp32 operation); u_T, η_T = unit_roundoff(T), underflow_error(T) (one
+// rounding of dlogits / logp to T). exp2f has <= 2 ulp (4u relative), log2f/logf <= 1 ulp, expf
+// <= 2 ulp (CUDA Math API, no fast-math). Per counted row, from the reference in double:
+// Z = max x - min x (the row's range), X = max |x|, A = Σ|x|, lse, nll, smooth = V·lse - Σx, and from
+// cross_entropy_plan: n = the most elements one thread adds, R = the most times its max rises,
+// 10 >= the shuffle-tree depth (log2 512 = 9, + 1).
+//
+// Fused forward. The thread sums s = Σ 2^(fl(x·L - m2)) with L = fl(log2 e), m2 = fl(m·L) used
+//   consistently, so m2's rounding cancels in lse = ln2·(m2 + log2 S); what does not cancel:
+//   every exponent argument is rounded once (the fma: u|x - m| <= uZ relative in the term), the
+//   rescale arguments m2_old - m2_new telescope over a thread's rescales (<= uZ) plus the final
+//   rescale to the team max (<= uZ), every exp2f 4u, every rescale multiply u (R + 1 of them, each
+//   with its exp2f: 6u counting slack), the sums n + 10 additions. So
+//     δS <= u·(3Z + 6(R + 1) + n + 16)
+//   and lse = ln2_c·(m2 + log2f S): log2f 2u|ln S| <= 2u·ln V (1 <= S <= V), the addition and the
+//   multiply by ln2 2u|lse|, L and ln2 rounded (u|lse| + uX, the first-order change of lse when
+//   every x is scaled by 1 + u, Σ q_j x_j <= X):
+//     B_lse  = δS + u·(4|lse| + X + 2 ln V)
+//     B_nll  = B_lse + u·nll                                   (lse - x_t)
+//     B_smth = V·B_lse + (n + 10)·u·A + u·smooth               (fma(V, lse, -Σx), Σx of n + 10 adds)
+//     B_loss = |w_d|·B_nll + w_o·B_smth + u(|w_d|·nll + 2w_o·smooth) + u·loss
+//   (w_d = w_t - w_o and w_o rounded to float once each, the fma and product once each.)
+//   Ignored rows: exactly 0 (loss, nll, lse).
+// Totals: the fixed-order sum of ceil(N/1024) + 10 additions: B = Σ_r B_loss,r + (ceil(N/1024) +
+// 10)·u·Σ|loss_r|
+//   + u|sum| (likewise nll); tokens and invalid_targets exact.
+// Fused backward (from the fused forward's lse_k, |lse_k - lse| = e_lse measured): q_j = 2^(fl(x_j·L -
+// fl(lse_k·L)))
+//   has relative error δq_j = expm1(e_lse + u·(2|x_j - lse| + |lse| + 5)) (the fma, L, lse·L rounded, exp2f
+//   4u, slack u); d_j = g·(q_j - p_j) rounds twice, then once to T:
+//     B_d = (1 + u_T)·(|g|·(q_j·δq_j + u·p_j + u|q_j - p_j|) + u|d_j|) + u_T|d_j| + η_T.
+//   Ignored rows: exactly 0. The scalar upstream gradient is the same formula with g = grad_loss_sum.
+// Unfused forward: lse_u = m + logf(Σ expf(x - m)) (scalar loop: n_u = ceil(V/256) adds per thread):
+//   B_lse_u = u·(2Z + 4 + n_u + 10 + |lse| + 2 ln V + 2); logp_j = fl_T(fl(x_j - lse_u)):
+//   B_logp_j = B_lse_u + (u + u_T)|logp_j| + η_T; nll = -logp_t, smooth = -Σ logp (Σ|logp| = smooth):
+//     B_nll_u  = B_lse_u + (u + u_T)·nll + η_T
+//     B_smth_u = V·(B_lse_u + η_T) + (u + u_T + (n_u + 10)·u)·smooth
+//     B_loss_u = |w_d|·B_nll_u + w_o·B_smth_u + u(|w_d|·nll + 2w_o·smooth) + u·loss
+// Unfused backward: q_j = expf(logp_j): δq_j = expm1(B_logp_j + 5u), then B_d as above.
+const char* kRule =
+    "per-element bounds derived in suites/operators/cross_entropy.cu from u = 2^-24 per fp32 op, "
+    "u_T + eta_T per rounding to T, exp2f/expf 4u, log2f 2u, the row's range Z, max|x|, sum|x|, lse, "
+    "and the plan's per-thread element and rescale counts; ignored rows exact";
+
+struct Tallies {
+  Tally fwd, totals, bwd, bwd_scalar, determinism, invalid, unfused_fwd, unfused_bwd;
+  explicit Tallies(const std::string& dt)
+      : fwd(name("fwd", dt), kRule),
+        totals(name("totals", dt), kRule),
+        bwd(name("bwd", dt), kRule),
+        bwd_scalar(name("bwd_scalar", dt), kRule),
+        determinism(name("determinism", dt),
+                    "bitwise: a second fused forward, totals and backward on the same inputs reproduce every "
+                    "output"),
+        invalid(name("invalid_target", dt),
+                "targets outside [0, V) (not ignore_index): NaN loss/nll/lse and dlogits row, counted in "
+                "invalid_targets, no other row affected, nothing written outside the outputs"),
+        unfused_fwd(name("unfused_fwd", dt), kRule),
+        unfused_bwd(name("unfused_bwd", dt), kRule) {}
+  static std::string name(const std::string& kernel, const std::string& dt) {
+    return "operators/cross_entropy/" + kernel + "/" + dt;
+  }
+  std::vector<CheckResult> results() const {
+    return {fwd.result(),         totals.result(),  bwd.result(),         bwd_scalar.result(),
+            determinism.result(), invalid.result(), unfused_fwd.result(), unfused_bwd.result()};
+  }
+};
+
+struct CeCase {
+  std::int64_t rows = 0, vocab = 0;
+  CrossEntropyConfig config;
+  double amp = 4.0, shift = 0.0;
+  std::size_t off_x = 0, off_d = 0;  // element offsets of logits and dlogits (phases differ: scalar backward)
+  std::uint64_t seed = 0;
+  std::string describe() const {
+    std::ostringstream os;
+    os << "N=" << rows << " V=" << vocab << " " << kernels::cross_entropy_smoothing_name(config.convention)
+       << " smoothing=" << config.smoothing << " ignore_index="
+       << (config.ignore_index ? std::to_string(*config.ignore_index) : std::string("none")) << " logits in "
+       << shift << "+-" << amp << " offsets x/d=" << off_x << "/" << off_d << " seed=" << seed;
+    return os.str();
+  }
+};
+
+std::vector<CeCase> make_cases(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int64_t> vocabs = {1, 2,  3,  127, 1000, 1023, 4097, 50257,
+                                      8, 31, 33, 256, 257,  2048, 2049, 32000};
+  while (vocabs.size() < 56) {
+    vocabs.push_back(static_cast<std::int64_t>(
+        std::exp(std::uniform_real_distribution<double>(0.0, std::log(70000.0))(rng))));
+  }
+  std::vector<CeCase> cases;
+  for (std::size_t i = 0; i < vocabs.size(); ++i) {
+    CeCase c;
+    c.vocab = std::max<std::int64_t>(1, vocabs[i]);
+    const std::int64_t max_rows = std::max<std::int64_t>(1, 200000 / c.vocab);
+    c.rows = 1 + static_cast<std::int64_t>(rng() %
+                                           static_cast<std::uint64_t>(std::min<std::int64_t>(max_rows, 77)));
+    if (i % 3 == 0) c.rows |= 1;  // odd N
+    c.config.convention = i % 2 == 0 ? CrossEntropySmoothing::paper : CrossEntropySmoothing::fairseq;
+    const float smoothings[] = {0.0f, 0.1f, static_cast<float>(rng() % 1000) / 1000.0f, 1.0f};
+    c.config.smoothing = smoothings[(i / 2) % 4];
+    if (c.config.convention == CrossEntropySmoothing::fairseq && c.vocab < 2) c.config.smoothing = 0.0f;
+    switch (i % 3) {
+      case 0:
+        break;  // no ignore_index
+      case 1:
+        c.config.ignore_index = -100;  // PyTorch's default, outside [0, V)
+        break;
+      default:
+        c.config.ignore_index =
+            static_cast<std::int32_t>(std::min<std::int64_t>(1, c.vocab - 1));  // fairseq pad
+        break;
+    }
+    const double amps[] = {1.0, 4.0, 8.0, 16.0};
+    c.amp = amps[rng() % 4];
+    c.shift = rng() % 5 == 0 ? 40.0 : 0.0;
+    if (rng() % 2 == 1) {
+      c.off_x = rng() % 9;
+      c.off_d = rng() % 9;
+    }
+    c.seed = rng();
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+struct RowStats {
+  double lse = 0, range = 0, max_abs = 0, abs_sum = 0, smooth = 0;
+};
+
+template <class T>
+void check_case(const CeCase& c, Tallies& t) {
+  const DType dt = DTypeTraits<T>::dtype;
+  const double u = kU32, ut = unit_roundoff(dt), eta = underflow_error(dt);
+  const std::string where = c.describe();
+  const auto N = static_cast<std::size_t>(c.rows), V = static_cast<std::size_t>(c.vocab), n = N * V;
+
+  // Inputs.
+  const std::vector<T> logits = random_values<T>(n, c.seed + 1, static_cast<float>(c.shift - c.amp),
+                                                 static_cast<float>(c.shift + c.amp));
+  std::vector<std::int32_t> targets = random_targets(N, c.seed + 2, 0, static_cast<std::int32_t>(c.vocab));
+  if (c.config.ignore_index) {
+    std::uint64_t state = c.seed + 3;
+    for (auto& v : targets)
+      if (splitmix64(state) % 5 == 0) v = *c.config.ignore_index;
+  }
+  const std::vector<float> grad = random_values<float>(N, c.seed + 4, -1.0f, 1.0f);
+  const float grad_sum = 0.75f;
+
+  ref::CrossEntropyConfig rc;
+  rc.smoothing = static_cast<double>(c.config.smoothing);
+  rc.convention = c.config.convention == CrossEntropySmoothing::paper ? ref::SmoothingConvention::paper
+                                                                      : ref::SmoothingConvention::fairseq;
+  rc.ignore_index = c.config.ignore_index;
+  const ref::Matrix xm = to_matrix(logits, c.rows, c.vocab);
+  ref::TargetVector tv(c.rows);
+  for (std::size_t r = 0; r < N; ++r) tv(static_cast<ref::Index>(r)) = targets[r];
+  const ref::CrossEntropyForward want = ref::cross_entropy_forward(xm, tv, rc);
+  const ref::Vector gv = to_vector(grad);
+  const ref::Matrix want_d = ref::cross_entropy_backward(xm, tv, rc, gv);
+  const ref::Matrix want_ds = ref::cross_entropy_backward(xm, tv, rc, static_cast<double>(grad_sum));
+  const kernels::CrossEntropyWeights w = kernels::cross_entropy_weights(c.config, c.vocab);
+  const double wd = w.target - w.other, wo = w.other;
+  const auto counted = [&](std::size_t r) {
+    return !(c.config.ignore_index && targets[r] == *c.config.ignore_index);
+  };
+
+  std::vector<RowStats> st(N);
+  for (std::size_t r = 0; r < N; ++r) {
+    double mx = -INFINITY, mn = INFINITY, xa = 0, as = 0, sx = 0;
+    for (std::size_t j = 0; j < V; ++j) {
+      const double x = xm(static_cast<ref::Index>(r), static_cast<ref::Index>(j));
+      mx = std::max(mx, x);
+      mn = std::min(mn, x);
+      xa = std::max(xa, std::fabs(x));
+      as += std::fabs(x);
+      sx += x;
+    }
+    double s = 0;
+    for (std::size_t j = 0; j < V; ++j)
+      s += std::exp(xm(static_cast<ref::Index>(r), static_cast<ref::Index>(j)) - mx);
+    st[r] = {mx + std::log(s), mx - mn, xa, as, 0.0};
+    st[r].smooth = static_cast<double>(V) * st[r].lse - sx;
+  }
+
+  const kernels::CrossEntropyPlan plan = kernels::cross_entropy_plan(dt, c.vocab);
+  const double nt = static_cast<double>(plan.max_thread_elements(c.vocab));
+  const double R = static_cast<double>(plan.max_thread_rescales(c.vocab));
+  const double logv = std::log(static_cast<double>(V));
+
+  Guarded<T> x_d(n, c.off_x);
+  x_d.upload(logits);
+  DeviceBuffer<std::int32_t> tg(targets);
+  DeviceBuffer<float> g_d(grad);
+
+  // Fused: forward (+ totals) and both backwards, twice.
+  std::vector<float> loss1, nll1, lse1;
+  std::vector<CrossEntropyTotals> tot1;
+  std::vector<T> d1, ds1;
+  for (int run = 0; run < 2; ++run) {
+    Guarded<float> loss(N, 1), nll(N, 2), lse(N, 3);
+    Guarded<CrossEntropyTotals> totals(1, 0);
+    Guarded<T> d(n, c.off_d), ds(n, c.off_d);
+    kernels::launch_cross_entropy_forward<T>(loss.data(), nll.data(), lse.data(), totals.data(), x_d.data(),
+                                             tg.data(), c.rows, c.vocab, c.config, nullptr);
+    kernels::launch_cross_entropy_backward<T>(d.data(), x_d.data(), tg.data(), lse.data(), g_d.data(), c.rows,
+                                              c.vocab, c.config, nullptr);
+    kernels::launch_cross_entropy_backward_scalar<T>(ds.data(), x_d.data(), tg.data(), lse.data(), grad_sum,
+                                                     c.rows, c.vocab, c.config, nullptr);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    Tally& fg = run == 0 ? t.fwd : t.determinism;
+    auto l = loss.download(fg, where), nl = nll.download(fg, where), ls = lse.download(fg, where);
+    auto tt = totals.download(run == 0 ? t.totals : t.determinism, where);
+    auto dd = d.download(run == 0 ? t.bwd : t.determinism, where);
+    auto dds = ds.download(run == 0 ? t.bwd_scalar : t.determinism, where);
+    if (run == 0) {
+      loss1 = l, nll1 = nl, lse1 = ls, tot1 = tt, d1 = dd, ds1 = dds;
+    } else {
+      t.determinism.add_exact(same_bits(l, loss1) && same_bits(nl, nll1) && same_bits(ls, lse1), where,
+                              "second forward differs bitwise");
+      t.determinism.add_exact(same_bits(tt, tot1), where, "second totals differ bitwise");
+      t.determinism.add_exact(same_bits(dd, d1) && same_bits(dds, ds1), where,
+                              "second backward differs bitwise");
+    }
+  }
+
+  // Unfused.
+  DeviceBuffer<T> logp(n);
+  Guarded<float> uloss(N, 1), unll(N, 2);
+  Guarded<CrossEntropyTotals> utot(1, 0);
+  Guarded<T> ud(n, c.off_d);
+  kernels::launch_cross_entropy_forward_unfused<T>(uloss.data(), unll.data(), utot.data(), logp.data(),
+                                                   logp.bytes(), x_d.data(), tg.data(), c.rows, c.vocab,
+                                                   c.config, nullptr);
+  kernels::launch_cross_entropy_backward_unfused<T>(ud.data(), logp.data(), tg.data(), g_d.data(), c.rows,
+                                                    c.vocab, c.config, nullptr);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto ul = uloss.download(t.unfused_fwd, where), un = unll.download(t.unfused_fwd, where);
+  const auto ut_tot = utot.download(t.unfused_fwd, where);
+  const auto udd = ud.download(t.unfused_bwd, where);
+
+  const double nu = std::ceil(static_cast<double>(V) / 256.0);
+  double sum_bound = 0, nll_sum_bound = 0, abs_loss = 0, abs_nll = 0;
+  double usum_bound = 0, unll_sum_bound = 0;
+  std::int32_t tokens = 0;
+  for (std::size_t r = 0; r < N; ++r) {
+    const auto ri = static_cast<ref::Index>(r);
+    const double wl = want.loss(ri), wn = want.nll(ri);
+    if (!counted(r)) {
+      t.fwd.add(loss1[r], 0.0, 0.0, where + " loss (ignored row)", r);
+      t.fwd.add(nll1[r], 0.0, 0.0, where + " nll (ignored row)", r);
+      t.fwd.add(lse1[r], 0.0, 0.0, where + " lse (ignored row)", r);
+      t.unfused_fwd.add(ul[r], 0.0, 0.0, where + " loss (ignored row)", r);
+      t.unfused_fwd.add(un[r], 0.0, 0.0, where + " nll (ignored row)", r);
+      for (std::size_t j = 0; j < V; ++j) {
+        t.bwd.add(as_double(d1[r * V + j]), 0.0, 0.0, where + " dlogits (ignored row)", r * V + j);
+        t.bwd_scalar.add(as_double(ds1[r * V + j]), 0.0, 0.0, where + " dlogits (ignored row)", r * V + j);
+        t.unfused_bwd.add(as_double(udd[r * V + j]), 0.0, 0.0, where + " dlogits (ignored row)", r * V + j);
+      }
+      continue;
+    }
+    ++tokens;
+    const RowStats& s = st[r];
+    const double Vd = static_cast<double>(V);
+    // Fused forward.
+    const double dS = u * (3 * s.range + 6 * (R + 1) + nt + 16);
+    const double b_lse = dS + u * (4 * std::fabs(s.lse) + s.max_abs + 2 * logv);
+    const double b_nll = b_lse + u * wn;
+    const double b_smooth = Vd * b_lse + (nt + 10) * u * s.abs_sum + u * s.smooth;
+    const double b_loss = std::fabs(wd) * b_nll + wo * b_smooth +
+                          u * (std::fabs(wd) * wn + 2 * wo * s.smooth) + u * std::fabs(wl);
+    t.fwd.add(lse1[r], s.lse, b_lse, where + " lse", r);
+    t.fwd.add(nll1[r], wn, b_nll, where + " nll", r);
+    t.fwd.add(loss1[r], wl, b_loss, where + " loss", r);
+    sum_bound += b_loss;
+    nll_sum_bound += b_nll;
+    abs_loss += std::fabs(wl);
+    abs_nll += std::fabs(wn);
+    // Unfused forward.
+    const double ub_lse = u * (2 * s.range + 4 + nu + 10 + std::fabs(s.lse) + 2 * logv + 2);
+    const double ub_nll = ub_lse + (u + ut) * wn + eta;
+    const double ub_smooth = Vd * (ub_lse + eta) + (u + ut + (nu + 10) * u) * s.smooth;
+    const double ub_loss = std::fabs(wd) * ub_nll + wo * ub_smooth +
+                           u * (std::fabs(wd) * wn + 2 * wo * s.smooth) + u * std::fabs(wl);
+    t.unfused_fwd.add(un[r], wn, ub_nll, where + " nll", r);
+    t.unfused_fwd.add(ul[r], wl, ub_loss, where + " loss", r);
+    usum_bound += ub_loss;
+    unll_sum_bound += ub_nll;
+    // Backwards.
+    const double e_lse = std::fabs(static_cast<double>(lse1[r]) - s.lse);
+    const double g = grad[r];
+    for (std::size_t j = 0; j < V; ++j) {
+      const auto ji = static_cast<ref::Index>(j);
+      const double x = xm(ri, ji);
+      const double q = std::exp(x - s.lse);
+      const double p = static_cast<int>(j) == targets[r] ? w.target : w.other;
+      const double dq = std::expm1(e_lse + u * (2 * std::fabs(x - s.lse) + std::fabs(s.lse) + 5));
+      const auto bound_d = [&](double gg, double want_v, double dqq) {
+        return (1 + ut) * (std::fabs(gg) * (q * dqq + u * p + u * std::fabs(q - p)) + u * std::fabs(want_v)) +
+               ut * std::fabs(want_v) + eta;
+      };
+      t.bwd.add(as_double(d1[r * V + j]), want_d(ri, ji), bound_d(g, want_d(ri, ji), dq), where + " dlogits",
+                r * V + j);
+      t.bwd_scalar.add(as_double(ds1[r * V + j]), want_ds(ri, ji), bound_d(grad_sum, want_ds(ri, ji), dq),
+                       where + " dlogits", r * V + j);
+      const double logp_abs = std::fabs(x - s.lse);
+      const double udq = std::expm1(ub_lse + (u + ut) * logp_abs + eta + 5 * u);
+      t.unfused_bwd.add(as_double(udd[r * V + j]), want_d(ri, ji), bound_d(g, want_d(ri, ji), udq),
+                        where + " dlogits", r * V + j);
+    }
+  }
+  const double depth = std::ceil(static_cast<double>(N) / kernels::kCrossEntropyTotalsThreads) + 10;
+  const auto check_totals = [&](Tally& tally, const CrossEntropyTotals& got, double lb, double nb) {
+    tally.add(got.loss_sum, want.loss_sum, lb + depth * u * abs_loss + u * std::fabs(want.loss_sum),
+              where + " loss_sum", 0);
+    tally.add(got.nll_sum, want.nll_sum, nb + depth * u * abs_nll + u * std::fabs(want.nll_sum),
+              where + " nll_sum", 0);
+    tally.add_exact(got.tokens == tokens, where,
+                    "tokens " + std::to_string(got.tokens) + ", want " + std::to_string(tokens));
+    tally.add_exact(got.invalid_targets == 0, where,
+                    "invalid_targets " + std::to_string(got.invalid_targets));
+  };
+  check_totals(t.totals, tot1[0], sum_bound, nll_sum_bound);
+  check_totals(t.unfused_fwd, ut_tot[0], usum_bound, unll_sum_bound);
+}
+
+// Targets outside [0, V): the row's outputs are NaN, the row is counted as invalid, the other rows
+// (one ignored, one valid) are unaffected, and no byte outside the outputs is written.
+template <class T>
+void check_invalid_targets(std::int64_t vocab, Tally& t) {
+  const std::int64_t rows = 5;
+  const auto N = static_cast<std::size_t>(rows), V = static_cast<std::size_t>(vocab), n = N * V;
+  CrossEntropyConfig config;
+  config.smoothing = 0.1f;
+  config.convention = CrossEntropySmoothing::paper;
+  config.ignore_index = -100;
+  const std::vector<std::int32_t> targets = {static_cast<std::int32_t>(vocab), -100, 0, -1,
+                                             std::numeric_limits<std::int32_t>::max()};
+  const std::vector<bool> invalid = {true, false, false, true, true};
+  const std::string where = "V=" + std::to_string(vocab);
+  Guarded<T> x(n, 1);
+  x.upload(random_values<T>(n, 99, -3.0f, 3.0f));
+  DeviceBuffer<std::int32_t> tg(targets);
+  DeviceBuffer<float> grad(std::vector<float>(N, 1.0f));
+  for (const bool unfused : {false, true}) {
+    Guarded<float> loss(N, 0), nll(N, 0), lse(N, 0);
+    Guarded<CrossEntropyTotals> totals(1, 0);
+    Guarded<T> d(n, 1);
+    DeviceBuffer<T> logp(n);
+    if (unfused) {
+      kernels::launch_cross_entropy_forward_unfused<T>(loss.data(), nll.data(), totals.data(), logp.data(),
+                                                       logp.bytes(), x.data(), tg.data(), rows, vocab, config,
+                                                       nullptr);
+      kernels::launch_cross_entropy_backward_unfused<T>(d.data(), logp.data(), tg.data(), grad.data(), rows,
+                                                        vocab, config, nullptr);
+    } else {
+      kernels::launch_cross_entropy_forward<T>(loss.data(), nll.data(), lse.data(), totals.data(), x.data(),
+                                               tg.data(), rows, vocab, config, nullptr);
+      kernels::launch_cross_entropy_backward<T>(d.data(), x.data(), tg.data(), lse.data(), grad.data(), rows,
+                                                vocab, config, nullptr);
+    }
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string w = where + (unfused ? " unfused" : " fused");
+    const auto l = loss.download(t, w), nl = nll.download(t, w);
+    const auto tt = totals.download(t, w);
+    const auto dd = d.download(t, w);
+    const auto ls = lse.download(t, w);
+    for (std::size_t r = 0; r < N; ++r) {
+      const std::string row = w + " row " + std::to_string(r);
+      if (invalid[r]) {
+        t.add_exact(std::isnan(l[r]) && std::isnan(nl[r]) && (unfused || std::isnan(ls[r])), row,
+                    "loss/nll/lse not NaN");
+      } else {
+        t.add_exact(std::isfinite(l[r]) && std::isfinite(nl[r]), row, "loss/nll not finite");
+      }
+      bool all_nan = true, all_finite = true, all_zero = true;
+      for (std::size_t j = 0; j < V; ++j) {
+        const float v = to_float(dd[r * V + j]);
+        all_nan = all_nan && std::isnan(v);
+        all_finite = all_finite && std::isfinite(v);
+        all_zero = all_zero && v == 0.0f;
+      }
+      if (invalid[r])
+        t.add_exact(all_nan, row, "dlogits row not all NaN");
+      else if (targets[r] == -100)
+        t.add_exact(all_zero, row, "ignored dlogits row not all 0");
+      else
+        t.add_exact(all_finite, row, "valid dlogits row not finite");
+    }
+    t.add_exact(tt[0].invalid_targets == 3 && tt[0].tokens == 1 && std::isnan(tt[0].loss_sum), w,
+                "totals: invalid_targets " + std::to_string(tt[0].invalid_targets) + " (want 3), tokens " +
+                    std::to_string(tt[0].tokens) + " (want 1), loss_sum should be NaN");
+  }
+}
+
+template <class T>
+std::vector<CheckResult> checks_for(std::uint64_t seed) {
+  Tallies t(DTypeTraits<T>::name);
+  for (const CeCase& c : make_cases(seed ^ (0xCE00ull + static_cast<std::uint64_t>(DTypeTraits<T>::dtype))))
+    check_case<T>(c, t);
+  for (const std::int64_t v : {1, 3, 1000, 50257}) check_invalid_targets<T>(v, t.invalid);
+  return t.results();
+}
+
+}  // namespace
+
+void add_cross_entropy_experiments(SuiteSpec& suite, const SuiteOptions& options) {
+  const std::vector<std::int64_t> rows =
+      options.quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{4096, 8192};
+  const std::vector<std::int64_t> vocabs = {32000, 50257};
+  const std::vector<DType> dtypes =
+      options.quick ? std::vector<DType>{DType::bf16} : std::vector<DType>{DType::bf16, DType::f32};
+  for (const bool backward : {false, true}) {
+    for (const DType dtype : dtypes) {
+      for (const std::int64_t n : rows) {
+        for (const std::int64_t v : vocabs) {
+          suite.experiments.push_back(dispatch_dtype(
+              dtype, [&](auto tag) { return cross_entropy_experiment<decltype(tag)>(n, v, backward); }));
+        }
+      }
+    }
+  }
+}
+
+std::vector<CheckResult> cross_entropy_gpu_checks(std::uint64_t seed) {
+  return checks_for_all_dtypes([&](auto tag) { return checks_for<decltype(tag)>(seed); });
 }
 
 }  // namespace seqbench::operators
