@@ -1,2 +1,852 @@
-// Scaffold: the embedding kernel family (issue #3) is being written on its own branch.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <limits>
+#include <type_traits>
+
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
+#include "kernels/dropout_mask.h"
 #include "kernels/embedding.h"
+
+namespace seqbench::kernels {
+
+using namespace dropout_detail;
+
+namespace {
+
+constexpr int kWarps = 8;  // slots (tokens) per block in the token-tile kernels; warps per block
+constexpr int kThreads = 32 * kWarps;
+constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max() - 1;  // + a sentinel key
+constexpr std::int64_t kMaxSinusoidPosition = std::int64_t{1} << 24;             // exact in float
+constexpr std::size_t kAlign = 256;
+
+// ---------------------------------------------------------------------------------------------
+// The token tile: block x owns slots l0 .. l0+7 of row b (b = x / tiles, l0 = 8·(x % tiles));
+// warp w takes slot l0 + w. Every thread of the block must call tile_slot (it synchronizes).
+
+struct TileArgs {
+  const std::int32_t* tokens = nullptr;
+  std::int64_t len = 0, tiles_per_row = 0, vocab = 0;
+  std::int32_t padding_idx = -1;
+  std::int64_t position_offset = 0;
+};
+
+struct Slot {
+  bool active = false;   // l < L
+  bool padding = false;  // token == padding_idx
+  bool valid = false;    // active, not padding, token in [0, vocab)
+  std::int32_t token = 0;
+  std::int64_t index = 0;     // b·L + l
+  std::int64_t position = 0;  // position(b, l), padding included
+};
+
+__device__ __forceinline__ bool is_padding(std::int32_t token, std::int32_t padding_idx) {
+  return padding_idx >= 0 && token == padding_idx;
+}
+
+template <bool kNonpad>
+__device__ __forceinline__ Slot tile_slot(const TileArgs& a) {
+  __shared__ int warp_counts[kWarps];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t b = blockIdx.x / a.tiles_per_row;
+  const std::int64_t l0 = (blockIdx.x % a.tiles_per_row) * kWarps;
+  const std::int32_t* row = a.tokens + b * a.len;
+  Slot s;
+  s.index = b * a.len + l0 + warp;
+  s.active = l0 + warp < a.len;
+  std::int64_t before = l0 + warp;  // slot indexing: the position is the slot
+  if constexpr (kNonpad) {
+    // Non-padding tokens in [0, l0): all threads, then the 8 warp sums in warp order.
+    int count = 0;
+    for (std::int64_t j = threadIdx.x; j < l0; j += kThreads)
+      count += is_padding(row[j], a.padding_idx) ? 0 : 1;
+#pragma unroll
+    for (int s_ = 16; s_ > 0; s_ >>= 1) count += __shfl_xor_sync(0xffffffffu, count, s_);
+    if (lane == 0) warp_counts[warp] = count;
+    __syncthreads();
+    int base = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) base += warp_counts[w];
+    // ... plus the non-padding tokens among slots l0 .. l0+warp-1 of the tile: one ballot.
+    const bool nonpad = lane < kWarps && l0 + lane < a.len && !is_padding(row[l0 + lane], a.padding_idx);
+    const unsigned ballot = __ballot_sync(0xffffffffu, nonpad);
+    before = base + __popc(ballot & ((1u << warp) - 1u));
+  }
+  if (s.active) {
+    s.token = row[l0 + warp];
+    s.padding = is_padding(s.token, a.padding_idx);
+    s.valid = !s.padding && s.token >= 0 && s.token < a.vocab;
+    s.position = a.position_offset + before;
+  }
+  return s;
+}
+
+// The sinusoid of column `col` at `position`: sin for col < half, cos for half <= col < 2·half,
+// 0 for the odd column. log2_step = -log2(10000)/(half-1) (0 for half = 1), so that the frequency
+// exp2(k·log2_step) = exp(-k·ln(10000)/(half-1)).
+__device__ __forceinline__ float sinusoid(float position, std::int64_t col, std::int64_t half,
+                                          float log2_step) {
+  if (col < half) return sinf(position * exp2f(static_cast<float>(col) * log2_step));
+  if (col < 2 * half) return cosf(position * exp2f(static_cast<float>(col - half) * log2_step));
+  return 0.0f;
+}
+
+template <class T>
+struct FwdArgs {
+  T* y = nullptr;
+  const T* token_table = nullptr;
+  const T* position_table = nullptr;
+  TileArgs tile;
+  std::int64_t hidden = 0;
+  float scale = 1.0f, log2_step = 0.0f;
+  float p = 0.0f, keep_scale = 1.0f;
+  std::uint64_t seed = 0, offset = 0;
+  bool vector_path = false;  // H % K == 0 and y and the tables 16-byte aligned
+};
+
+template <class T, bool kLearned, bool kNonpad>
+__global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T> a) {
+  constexpr int K = Packed<T>::kSize;
+  const Slot s = tile_slot<kNonpad>(a.tile);
+  if (!s.active) return;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t hidden = a.hidden;
+  T* __restrict__ out = a.y + s.index * hidden;
+  const T* __restrict__ tok_row = a.token_table + static_cast<std::int64_t>(s.valid ? s.token : 0) * hidden;
+  const T* __restrict__ pos_row = kLearned ? a.position_table + s.position * hidden : nullptr;
+  const std::int64_t half = hidden / 2;
+  const float position = static_cast<float>(s.position);
+  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
+    const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+    const bool whole = a.vector_path && count == K;
+    float v[K];
+    if (s.padding) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] = 0.0f;
+    } else if (!s.valid) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
+    } else {
+      float t[K], q[K];
+      load_floats<T, K>(tok_row + c0, t, count, whole);
+      if constexpr (kLearned) {
+        load_floats<T, K>(pos_row + c0, q, count, whole);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) q[k] = k < count ? sinusoid(position, c0 + k, half, a.log2_step) : 0.0f;
+      }
+      const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
+      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                                       : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        v[k] = fmaf(t[k], a.scale, q[k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
+    }
+    store_floats<T, K>(out + c0, v, count, whole);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Atomic adds of K floats into T (scalar for float; pairs for the 16-bit types when whole).
+
+template <class T, int K>
+__device__ __forceinline__ void atomic_add_floats(T* dst, const float (&v)[K], int count, bool whole) {
+  if constexpr (std::is_same_v<T, __half>) {
+    if (whole) {
+      auto* pairs = reinterpret_cast<__half2*>(dst);
+#pragma unroll
+      for (int k = 0; k < K / 2; ++k) atomicAdd(pairs + k, __floats2half2_rn(v[2 * k], v[2 * k + 1]));
+      return;
+    }
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (whole) {
+      auto* pairs = reinterpret_cast<__nv_bfloat162*>(dst);
+#pragma unroll
+      for (int k = 0; k < K / 2; ++k) atomicAdd(pairs + k, __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]));
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (k < count) atomicAdd(dst + k, from_float<T>(v[k]));
+  }
+}
+
+template <class T>
+struct BwdArgs {
+  T* d_token_table = nullptr;
+  T* d_position_table = nullptr;
+  const T* dy = nullptr;
+  TileArgs tile;
+  std::int64_t hidden = 0;
+  float scale = 1.0f;
+  float p = 0.0f, keep_scale = 1.0f;
+  std::uint64_t seed = 0, offset = 0;
+  bool vector_path = false;  // H % K == 0, dy and the gradient tables 16-byte aligned
+};
+
+template <class T, bool kLearned, bool kNonpad>
+__global__ void __launch_bounds__(kThreads) embedding_bwd_atomic_kernel(const BwdArgs<T> a) {
+  constexpr int K = Packed<T>::kSize;
+  const Slot s = tile_slot<kNonpad>(a.tile);
+  if (!s.valid) return;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t hidden = a.hidden;
+  const T* __restrict__ dy = a.dy + s.index * hidden;
+  T* tok_row = a.d_token_table + static_cast<std::int64_t>(s.token) * hidden;
+  T* pos_row = kLearned ? a.d_position_table + s.position * hidden : nullptr;
+  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
+    const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+    const bool whole = a.vector_path && count == K;
+    float g[K], sg[K];
+    load_floats<T, K>(dy + c0, g, count, whole);
+    const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
+    const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                                     : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      g[k] *= ((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f;
+      sg[k] = a.scale * g[k];
+    }
+    atomic_add_floats<T, K>(tok_row + c0, sg, count, whole);
+    if constexpr (kLearned) atomic_add_floats<T, K>(pos_row + c0, g, count, whole);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sorted backward: keys, then the per-row segmented reduction.
+
+struct KeyArgs {
+  TileArgs tile;
+  std::uint32_t* token_keys = nullptr;   // (token id | vocab) per slot
+  std::int32_t* token_values = nullptr;  // b·L + l
+  std::uint32_t* position_keys = nullptr;
+  std::int32_t* position_values = nullptr;
+  std::int32_t* positions = nullptr;  // the baseline's make_positions: position(b, l), padding included
+  std::int64_t num_positions = 0;
+};
+
+template <bool kNonpad>
+__global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs a) {
+  const Slot s = tile_slot<kNonpad>(a.tile);
+  if (!s.active || threadIdx.x % 32 != 0) return;
+  const auto i = static_cast<std::int32_t>(s.index);
+  if (a.token_keys != nullptr) {
+    a.token_keys[i] =
+        s.valid ? static_cast<std::uint32_t>(s.token) : static_cast<std::uint32_t>(a.tile.vocab);
+    a.token_values[i] = i;
+  }
+  if (a.position_keys != nullptr) {
+    a.position_keys[i] =
+        s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
+    a.position_values[i] = i;
+  }
+  if (a.positions != nullptr) a.positions[i] = static_cast<std::int32_t>(s.position);
+}
+
+// The first index j in [0, n) with keys[j] >= key (n if none).
+__device__ __forceinline__ std::int64_t lower_bound(const std::uint32_t* keys, std::int64_t n,
+                                                    std::uint32_t key) {
+  std::int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < key) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+template <class T>
+struct SegmentArgs {
+  T* grad = nullptr;  // [rows, H]
+  const T* dy = nullptr;
+  const std::uint32_t* keys = nullptr;  // sorted, n
+  const std::int32_t* values = nullptr;
+  std::int64_t n = 0, rows = 0, hidden = 0;
+  float out_scale = 1.0f;
+  float p = 0.0f, keep_scale = 1.0f;
+  std::uint64_t seed = 0, offset = 0;
+  bool vector_path = false;  // H % K == 0 and dy 16-byte aligned
+};
+
+// Block r writes row r of grad: Σ over its segment of the dropout gradient rows, in the fixed
+// order documented in the header. 32·K columns a pass; the 8 warp partials meet in shared memory.
+template <class T>
+__global__ void __launch_bounds__(kThreads) embedding_segment_kernel(const SegmentArgs<T> a) {
+  constexpr int K = Packed<T>::kSize;
+  constexpr int kTile = 32 * K;
+  __shared__ float partial[kWarps][kTile];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t lo = lower_bound(a.keys, a.n, static_cast<std::uint32_t>(r));
+  const std::int64_t hi = lower_bound(a.keys, a.n, static_cast<std::uint32_t>(r + 1));
+  const std::int64_t hidden = a.hidden;
+  T* __restrict__ out = a.grad + r * hidden;
+  for (std::int64_t tile0 = 0; tile0 < hidden; tile0 += kTile) {
+    const std::int64_t c0 = tile0 + static_cast<std::int64_t>(lane) * K;
+    const int count = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+    const bool whole = a.vector_path && count == K;
+    float acc[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+    if (count > 0) {
+#pragma unroll 2
+      for (std::int64_t j = lo + warp; j < hi; j += kWarps) {
+        const std::int64_t i = a.values[j];
+        float g[K];
+        load_floats<T, K>(a.dy + i * hidden + c0, g, count, whole);
+        const auto first = static_cast<std::uint64_t>(i * hidden + c0);
+        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                                         : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+#pragma unroll
+        for (int k = 0; k < K; ++k) acc[k] += g[k] * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) partial[warp][lane * K + k] = acc[k];
+    __syncthreads();
+    for (int c = static_cast<int>(threadIdx.x); c < kTile; c += kThreads) {
+      if (tile0 + c >= hidden) break;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += partial[w][c];
+      out[tile0 + c] = from_float<T>(a.out_scale * sum);
+    }
+    __syncthreads();  // the partials are rewritten by the next pass
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The baseline's element-per-thread kernels (grid-stride).
+
+template <class T>
+__global__ void gather_rows_kernel(T* __restrict__ y, const T* __restrict__ table, std::int64_t table_rows,
+                                   const std::int32_t* __restrict__ index, std::int64_t n,
+                                   std::int64_t hidden) {
+  const std::int64_t total = n * hidden;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += stride) {
+    const std::int64_t i = e / hidden, c = e - i * hidden;
+    const std::int32_t row = index[i];
+    y[e] = row >= 0 && row < table_rows ? table[row * hidden + c] : from_float<T>(__int_as_float(0x7fc00000));
+  }
+}
+
+template <class T>
+__global__ void scale_kernel(T* __restrict__ y, const T* __restrict__ x, std::int64_t count, float scale) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
+       e += stride)
+    y[e] = from_float<T>(scale * to_float(x[e]));
+}
+
+template <class T>
+__global__ void zero_padding_rows_kernel(T* __restrict__ y, const T* __restrict__ x,
+                                         const std::int32_t* __restrict__ tokens, std::int64_t n,
+                                         std::int64_t hidden, std::int32_t padding_idx) {
+  const std::int64_t total = n * hidden;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += stride)
+    y[e] = is_padding(tokens[e / hidden], padding_idx) ? from_float<T>(0.0f) : x[e];
+}
+
+template <class T>
+__global__ void scatter_add_rows_kernel(T* grad, std::int64_t grad_rows, const T* __restrict__ src,
+                                        const std::int32_t* __restrict__ index,
+                                        const std::int32_t* __restrict__ tokens, std::int32_t padding_idx,
+                                        std::int64_t n, std::int64_t hidden) {
+  const std::int64_t total = n * hidden;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += stride) {
+    const std::int64_t i = e / hidden, c = e - i * hidden;
+    const std::int32_t row = index[i];
+    if (is_padding(tokens[i], padding_idx) || row < 0 || row >= grad_rows) continue;
+    atomicAdd(grad + row * hidden + c, src[e]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host helpers.
+
+template <class T>
+std::size_t table_bytes(std::int64_t rows, std::int64_t hidden) {
+  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
+}
+
+std::size_t align_up(std::size_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+bool aligned16(const void* ptr) {
+  return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
+}
+
+TileArgs make_tile(const std::int32_t* tokens, const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  TileArgs t;
+  t.tokens = tokens;
+  t.len = shape.len;
+  t.tiles_per_row = (shape.len + kWarps - 1) / kWarps;
+  t.vocab = shape.vocab;
+  t.padding_idx = config.padding_idx;
+  t.position_offset = config.position_offset;
+  return t;
+}
+
+unsigned tile_blocks(const EmbeddingShape& shape) {
+  return static_cast<unsigned>(shape.batch * ((shape.len + kWarps - 1) / kWarps));
+}
+
+// Calls fn(std::bool_constant<learned>, std::bool_constant<nonpad>).
+template <class Fn>
+void dispatch_positions(const EmbeddingConfig& config, Fn&& fn) {
+  const bool learned = config.positions == PositionEncoding::learned;
+  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
+  if (learned) {
+    if (nonpad) return fn(std::true_type{}, std::true_type{});
+    return fn(std::true_type{}, std::false_type{});
+  }
+  if (nonpad) return fn(std::false_type{}, std::true_type{});
+  return fn(std::false_type{}, std::false_type{});
+}
+
+int grid_stride_blocks(std::int64_t total) {
+  const std::int64_t blocks = (total + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 65536 ? blocks : 65536);
+}
+
+// The pointer checks the two backwards share.
+template <class T>
+void require_bwd_pointers(T* d_token_table, T* d_position_table, const T* dy, const std::int32_t* tokens,
+                          const EmbeddingShape& shape, const EmbeddingConfig& config, const char* op) {
+  const bool learned = config.positions == PositionEncoding::learned;
+  const std::int64_t n = shape.tokens();
+  const std::size_t tok_bytes = table_bytes<T>(shape.vocab, shape.hidden);
+  const std::size_t pos_bytes = learned ? table_bytes<T>(shape.num_positions, shape.hidden) : 0;
+  const std::size_t dy_bytes = table_bytes<T>(n, shape.hidden);
+  const std::size_t tokens_bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
+  require_non_null(d_token_table, op, "d_token_table");
+  if (learned && pos_bytes > 0) require_non_null(d_position_table, op, "d_position_table");
+  if (n > 0) {
+    require_non_null(dy, op, "dy");
+    require_non_null(tokens, op, "tokens");
+  }
+  require_disjoint(d_token_table, tok_bytes, dy, dy_bytes, op, "d_token_table", "dy");
+  require_disjoint(d_token_table, tok_bytes, tokens, tokens_bytes, op, "d_token_table", "tokens");
+  if (learned) {
+    require_disjoint(d_position_table, pos_bytes, dy, dy_bytes, op, "d_position_table", "dy");
+    require_disjoint(d_position_table, pos_bytes, tokens, tokens_bytes, op, "d_position_table", "tokens");
+    require_disjoint(d_position_table, pos_bytes, d_token_table, tok_bytes, op, "d_position_table",
+                     "d_token_table");
+  }
+}
+
+template <class T>
+BwdArgs<T> make_bwd_args(T* d_token_table, T* d_position_table, const T* dy, const std::int32_t* tokens,
+                         const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  BwdArgs<T> a;
+  a.d_token_table = d_token_table;
+  a.d_position_table = d_position_table;
+  a.dy = dy;
+  a.tile = make_tile(tokens, shape, config);
+  a.hidden = shape.hidden;
+  a.scale = config.scale;
+  a.p = config.dropout.p;
+  a.keep_scale = dropout_keep_scale(config.dropout.p);
+  a.seed = config.dropout.seed;
+  a.offset = config.dropout.offset;
+  return a;
+}
+
+// CUB's temporary storage for sorting n pairs on `bits` key bits (on the current device).
+std::size_t sort_temp_bytes(std::int64_t n, int bits, const char* op) {
+  std::size_t bytes = 0;
+  const cudaError_t status = cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const std::uint32_t*>(nullptr), static_cast<std::uint32_t*>(nullptr),
+      static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), static_cast<int>(n), 0,
+      bits);
+  SEQBENCH_REQUIRE(status == cudaSuccess, op << ": CUB could not size its sort storage ("
+                                             << cudaGetErrorString(status) << "; it needs a CUDA device)");
+  return bytes;
+}
+
+}  // namespace
+
+void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& config, const char* op) {
+  SEQBENCH_REQUIRE(shape.batch >= 0 && shape.len >= 0,
+                   op << ": batch " << shape.batch << " x len " << shape.len << " is negative");
+  SEQBENCH_REQUIRE(shape.len == 0 || shape.batch <= kMaxTokens / shape.len,
+                   op << ": batch·len = " << shape.batch << "·" << shape.len << " tokens > " << kMaxTokens);
+  SEQBENCH_REQUIRE(shape.hidden >= 1, op << ": hidden " << shape.hidden << " must be >= 1");
+  SEQBENCH_REQUIRE(shape.vocab >= 1 && shape.vocab <= kMaxRows,
+                   op << ": vocab " << shape.vocab << " outside [1, " << kMaxRows << "]");
+  require_matrix_shape(shape.tokens(), shape.hidden, op);
+  require_matrix_shape(shape.vocab, shape.hidden, op);
+  SEQBENCH_REQUIRE(
+      config.padding_idx >= -1 && config.padding_idx < shape.vocab,
+      op << ": padding_idx " << config.padding_idx << " outside [-1, vocab " << shape.vocab << ")");
+  SEQBENCH_REQUIRE(std::isfinite(config.scale), op << ": scale " << config.scale << " is not finite");
+  require_dropout_probability(config.dropout.p, op);
+  SEQBENCH_REQUIRE(config.position_offset >= 0,
+                   op << ": position_offset " << config.position_offset << " must be >= 0");
+  SEQBENCH_REQUIRE(config.position_offset <= kMaxRows - shape.len, op << ": position_offset "
+                                                                      << config.position_offset << " + len "
+                                                                      << shape.len << " > " << kMaxRows);
+  const std::int64_t positions_needed = config.position_offset + shape.len;
+  if (config.positions == PositionEncoding::learned) {
+    SEQBENCH_REQUIRE(shape.num_positions >= positions_needed && shape.num_positions <= kMaxRows,
+                     op << ": num_positions " << shape.num_positions << " outside [position_offset + len = "
+                        << positions_needed << ", " << kMaxRows << "]");
+    require_matrix_shape(shape.num_positions, shape.hidden, op);
+  } else {
+    SEQBENCH_REQUIRE(positions_needed <= kMaxSinusoidPosition,
+                     op << ": position_offset + len = " << positions_needed << " > " << kMaxSinusoidPosition
+                        << " (sinusoid positions are computed in float)");
+  }
+}
+
+template <class T>
+void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table, const T* position_table,
+                          const EmbeddingShape& shape, const EmbeddingConfig& config, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("embedding_fwd");
+  constexpr const char* op = "embedding_fwd";
+  require_embedding_args(shape, config, op);
+  const std::int64_t n = shape.tokens();
+  if (n == 0) return;
+  const bool learned = config.positions == PositionEncoding::learned;
+  const std::size_t y_bytes = table_bytes<T>(n, shape.hidden);
+  require_non_null(y, op, "y");
+  require_non_null(tokens, op, "tokens");
+  require_non_null(token_table, op, "token_table");
+  if (learned) require_non_null(position_table, op, "position_table");
+  require_disjoint(y, y_bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
+  require_disjoint(y, y_bytes, token_table, table_bytes<T>(shape.vocab, shape.hidden), op, "y",
+                   "token_table");
+  if (learned) {
+    require_disjoint(y, y_bytes, position_table, table_bytes<T>(shape.num_positions, shape.hidden), op, "y",
+                     "position_table");
+  }
+  FwdArgs<T> a;
+  a.y = y;
+  a.token_table = token_table;
+  a.position_table = learned ? position_table : nullptr;
+  a.tile = make_tile(tokens, shape, config);
+  a.hidden = shape.hidden;
+  a.scale = config.scale;
+  const std::int64_t half = shape.hidden / 2;
+  a.log2_step = half > 1 ? static_cast<float>(-std::log2(10000.0) / static_cast<double>(half - 1)) : 0.0f;
+  a.p = config.dropout.p;
+  a.keep_scale = dropout_keep_scale(config.dropout.p);
+  a.seed = config.dropout.seed;
+  a.offset = config.dropout.offset;
+  a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(token_table) &&
+                  aligned16(a.position_table);
+  dispatch_positions(config, [&](auto learned_tag, auto nonpad_tag) {
+    embedding_fwd_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
+        <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
+  });
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
+                                 const std::int32_t* tokens, const EmbeddingShape& shape,
+                                 const EmbeddingConfig& config, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("embedding_bwd_atomic");
+  constexpr const char* op = "embedding_bwd_atomic";
+  require_embedding_args(shape, config, op);
+  require_bwd_pointers(d_token_table, d_position_table, dy, tokens, shape, config, op);
+  const bool learned = config.positions == PositionEncoding::learned;
+  SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
+  if (learned && shape.num_positions > 0) {
+    SEQBENCH_CUDA_CHECK(
+        cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
+  }
+  if (shape.tokens() == 0) return;
+  BwdArgs<T> a =
+      make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, shape, config);
+  a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(d_token_table) &&
+                  aligned16(a.d_position_table);
+  dispatch_positions(config, [&](auto learned_tag, auto nonpad_tag) {
+    embedding_bwd_atomic_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
+        <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
+  });
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std::size_t sort_temp_bytes) {
+  SEQBENCH_REQUIRE(tokens >= 0 && tokens <= kMaxTokens,
+                   "embedding_sort_layout: tokens " << tokens << " outside [0, " << kMaxTokens << "]");
+  const std::size_t array = align_up(static_cast<std::size_t>(tokens) * sizeof(std::int32_t));
+  EmbeddingSortLayout l;
+  std::size_t at = 0;
+  for (std::size_t* part : {&l.token_keys_in, &l.token_values_in, &l.token_keys_out, &l.token_values_out}) {
+    *part = at;
+    at += array;
+  }
+  if (learned) {
+    for (std::size_t* part :
+         {&l.position_keys_in, &l.position_values_in, &l.position_keys_out, &l.position_values_out}) {
+      *part = at;
+      at += array;
+    }
+  }
+  l.sort_temp = at;
+  l.sort_temp_bytes = sort_temp_bytes;
+  l.total = at + align_up(sort_temp_bytes);
+  return l;
+}
+
+int embedding_sort_key_bits(std::int64_t sentinel) {
+  SEQBENCH_REQUIRE(sentinel >= 0 && sentinel <= std::numeric_limits<std::uint32_t>::max(),
+                   "embedding_sort_key_bits: sentinel " << sentinel << " outside [0, 2^32)");
+  return std::max(1, static_cast<int>(std::bit_width(static_cast<std::uint32_t>(sentinel))));
+}
+
+std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  constexpr const char* op = "embedding_bwd_sorted_workspace_bytes";
+  require_embedding_args(shape, config, op);
+  const bool learned = config.positions == PositionEncoding::learned;
+  const std::int64_t n = shape.tokens();
+  std::size_t temp = 0;
+  if (n > 0) {
+    temp = sort_temp_bytes(n, embedding_sort_key_bits(shape.vocab), op);
+    if (learned) temp = std::max(temp, sort_temp_bytes(n, embedding_sort_key_bits(shape.num_positions), op));
+  }
+  return embedding_sort_layout(n, learned, temp).total;
+}
+
+template <class T>
+void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T* dy,
+                                 const std::int32_t* tokens, const EmbeddingShape& shape,
+                                 const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("embedding_bwd_sorted");
+  constexpr const char* op = "embedding_bwd_sorted";
+  require_embedding_args(shape, config, op);
+  require_bwd_pointers(d_token_table, d_position_table, dy, tokens, shape, config, op);
+  const bool learned = config.positions == PositionEncoding::learned;
+  const std::int64_t n = shape.tokens();
+  // The layout without the CUB part first: the pointer checks need no device.
+  const EmbeddingSortLayout arrays = embedding_sort_layout(n, learned, 0);
+  if (n > 0) {
+    require_non_null(workspace, op, "workspace");
+    SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % kAlign == 0,
+                     op << ": workspace is not " << kAlign << "-byte aligned");
+    SEQBENCH_REQUIRE(workspace_bytes >= arrays.total,
+                     op << ": workspace of " << workspace_bytes << " bytes, needs at least " << arrays.total);
+    const std::size_t tok_bytes = table_bytes<T>(shape.vocab, shape.hidden);
+    require_disjoint(d_token_table, tok_bytes, workspace, workspace_bytes, op, "d_token_table", "workspace");
+    require_disjoint(workspace, workspace_bytes, dy, table_bytes<T>(n, shape.hidden), op, "workspace", "dy");
+    require_disjoint(workspace, workspace_bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t),
+                     op, "workspace", "tokens");
+    if (learned) {
+      require_disjoint(d_position_table, table_bytes<T>(shape.num_positions, shape.hidden), workspace,
+                       workspace_bytes, op, "d_position_table", "workspace");
+    }
+    const std::size_t need = embedding_bwd_sorted_workspace_bytes(shape, config);
+    SEQBENCH_REQUIRE(workspace_bytes >= need,
+                     op << ": workspace of " << workspace_bytes << " bytes, needs " << need);
+  }
+  const std::size_t temp_bytes = n > 0 ? workspace_bytes - arrays.total : 0;
+  auto* base = static_cast<unsigned char*>(workspace);
+  const auto u32 = [&](std::size_t at) { return reinterpret_cast<std::uint32_t*>(base + at); };
+  const auto i32 = [&](std::size_t at) { return reinterpret_cast<std::int32_t*>(base + at); };
+
+  if (n > 0) {
+    KeyArgs k;
+    k.tile = make_tile(tokens, shape, config);
+    k.token_keys = u32(arrays.token_keys_in);
+    k.token_values = i32(arrays.token_values_in);
+    if (learned) {
+      k.position_keys = u32(arrays.position_keys_in);
+      k.position_values = i32(arrays.position_values_in);
+      k.num_positions = shape.num_positions;
+    }
+    if (config.indexing == PositionIndexing::nonpad_count) {
+      embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+    } else {
+      embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+    }
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  }
+
+  SegmentArgs<T> s;
+  s.dy = dy;
+  s.n = n;
+  s.hidden = shape.hidden;
+  s.p = config.dropout.p;
+  s.keep_scale = dropout_keep_scale(config.dropout.p);
+  s.seed = config.dropout.seed;
+  s.offset = config.dropout.offset;
+  s.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy);
+  // One sort and one segmented reduction per table.
+  const auto reduce_table = [&](T* grad, std::int64_t rows, float out_scale, std::size_t keys_in,
+                                std::size_t values_in, std::size_t keys_out, std::size_t values_out) {
+    if (n > 0) {
+      std::size_t temp = temp_bytes;
+      SEQBENCH_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+          base + arrays.sort_temp, temp, u32(keys_in), u32(keys_out), i32(values_in), i32(values_out),
+          static_cast<int>(n), 0, embedding_sort_key_bits(rows), stream));
+    }
+    s.grad = grad;
+    s.rows = rows;
+    s.out_scale = out_scale;
+    s.keys = n > 0 ? u32(keys_out) : nullptr;
+    s.values = n > 0 ? i32(values_out) : nullptr;
+    embedding_segment_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(s);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  };
+  reduce_table(d_token_table, shape.vocab, config.scale, arrays.token_keys_in, arrays.token_values_in,
+               arrays.token_keys_out, arrays.token_values_out);
+  if (learned && shape.num_positions > 0) {
+    reduce_table(d_position_table, shape.num_positions, 1.0f, arrays.position_keys_in,
+                 arrays.position_values_in, arrays.position_keys_out, arrays.position_values_out);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Baseline.
+
+void launch_embedding_positions(std::int32_t* positions, const std::int32_t* tokens,
+                                const EmbeddingShape& shape, const EmbeddingConfig& config,
+                                cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("embedding_positions");
+  constexpr const char* op = "embedding_positions";
+  require_embedding_args(shape, config, op);
+  const std::int64_t n = shape.tokens();
+  if (n == 0) return;
+  require_non_null(positions, op, "positions");
+  require_non_null(tokens, op, "tokens");
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
+  require_disjoint(positions, bytes, tokens, bytes, op, "positions", "tokens");
+  KeyArgs k;
+  k.tile = make_tile(tokens, shape, config);
+  k.positions = positions;
+  if (config.indexing == PositionIndexing::nonpad_count) {
+    embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+  } else {
+    embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+  }
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+void require_rows(std::int64_t n, std::int64_t hidden, const char* op) {
+  SEQBENCH_REQUIRE(n >= 0 && n <= kMaxTokens, op << ": n " << n << " outside [0, " << kMaxTokens << "]");
+  SEQBENCH_REQUIRE(hidden >= 1, op << ": hidden " << hidden << " must be >= 1");
+  require_matrix_shape(n, hidden, op);
+}
+}  // namespace
+
+template <class T>
+void launch_gather_rows(T* y, const T* table, std::int64_t table_rows, const std::int32_t* index,
+                        std::int64_t n, std::int64_t hidden, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("gather_rows");
+  constexpr const char* op = "gather_rows";
+  require_rows(n, hidden, op);
+  SEQBENCH_REQUIRE(table_rows >= 1, op << ": table_rows " << table_rows << " must be >= 1");
+  require_matrix_shape(table_rows, hidden, op);
+  if (n == 0) return;
+  require_non_null(y, op, "y");
+  require_non_null(table, op, "table");
+  require_non_null(index, op, "index");
+  const std::size_t bytes = table_bytes<T>(n, hidden);
+  require_disjoint(y, bytes, table, table_bytes<T>(table_rows, hidden), op, "y", "table");
+  require_disjoint(y, bytes, index, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "index");
+  gather_rows_kernel<T>
+      <<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(y, table, table_rows, index, n, hidden);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_scale(T* y, const T* x, std::size_t count, float scale, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("scale");
+  constexpr const char* op = "scale";
+  SEQBENCH_REQUIRE(count <= (std::size_t{1} << 62), op << ": count " << count << " > 2^62");
+  if (count == 0) return;
+  require_non_null(y, op, "y");
+  require_non_null(x, op, "x");
+  require_disjoint(y, count * sizeof(T), x, count * sizeof(T), op, "y", "x");
+  const auto total = static_cast<std::int64_t>(count);
+  scale_kernel<T><<<grid_stride_blocks(total), kThreads, 0, stream>>>(y, x, total, scale);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_zero_padding_rows(T* y, const T* x, const std::int32_t* tokens, std::int64_t n,
+                              std::int64_t hidden, std::int32_t padding_idx, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("zero_padding_rows");
+  constexpr const char* op = "zero_padding_rows";
+  require_rows(n, hidden, op);
+  SEQBENCH_REQUIRE(padding_idx >= -1, op << ": padding_idx " << padding_idx << " < -1");
+  if (n == 0) return;
+  require_non_null(y, op, "y");
+  require_non_null(x, op, "x");
+  require_non_null(tokens, op, "tokens");
+  const std::size_t bytes = table_bytes<T>(n, hidden);
+  require_disjoint(y, bytes, x, bytes, op, "y", "x");
+  require_disjoint(y, bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
+  zero_padding_rows_kernel<T>
+      <<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(y, x, tokens, n, hidden, padding_idx);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, const std::int32_t* index,
+                             const std::int32_t* tokens, std::int32_t padding_idx, std::int64_t n,
+                             std::int64_t hidden, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("scatter_add_rows");
+  constexpr const char* op = "scatter_add_rows";
+  require_rows(n, hidden, op);
+  SEQBENCH_REQUIRE(grad_rows >= 1, op << ": grad_rows " << grad_rows << " must be >= 1");
+  require_matrix_shape(grad_rows, hidden, op);
+  SEQBENCH_REQUIRE(padding_idx >= -1, op << ": padding_idx " << padding_idx << " < -1");
+  if (n == 0) return;
+  require_non_null(grad, op, "grad");
+  require_non_null(src, op, "src");
+  require_non_null(index, op, "index");
+  require_non_null(tokens, op, "tokens");
+  const std::size_t grad_bytes = table_bytes<T>(grad_rows, hidden);
+  const std::size_t index_bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
+  require_disjoint(grad, grad_bytes, src, table_bytes<T>(n, hidden), op, "grad", "src");
+  require_disjoint(grad, grad_bytes, index, index_bytes, op, "grad", "index");
+  require_disjoint(grad, grad_bytes, tokens, index_bytes, op, "grad", "tokens");
+  scatter_add_rows_kernel<T><<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(
+      grad, grad_rows, src, index, tokens, padding_idx, n, hidden);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// The explicit instantiations, in one place.
+#define SEQBENCH_EMBEDDING_INSTANTIATE(T)                                                                    \
+  template void launch_embedding_fwd<T>(T*, const std::int32_t*, const T*, const T*, const EmbeddingShape&,  \
+                                        const EmbeddingConfig&, cudaStream_t);                               \
+  template void launch_embedding_bwd_atomic<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
+                                               const EmbeddingConfig&, cudaStream_t);                        \
+  template void launch_embedding_bwd_sorted<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
+                                               const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
+  template void launch_gather_rows<T>(T*, const T*, std::int64_t, const std::int32_t*, std::int64_t,         \
+                                      std::int64_t, cudaStream_t);                                           \
+  template void launch_scale<T>(T*, const T*, std::size_t, float, cudaStream_t);                             \
+  template void launch_zero_padding_rows<T>(T*, const T*, const std::int32_t*, std::int64_t, std::int64_t,   \
+                                            std::int32_t, cudaStream_t);                                     \
+  template void launch_scatter_add_rows<T>(T*, std::int64_t, const T*, const std::int32_t*,                  \
+                                           const std::int32_t*, std::int32_t, std::int64_t, std::int64_t,    \
+                                           cudaStream_t);
+
+SEQBENCH_EMBEDDING_INSTANTIATE(float)
+SEQBENCH_EMBEDDING_INSTANTIATE(__half)
+SEQBENCH_EMBEDDING_INSTANTIATE(__nv_bfloat16)
+
+#undef SEQBENCH_EMBEDDING_INSTANTIATE
+
+}  // namespace seqbench::kernels

@@ -1,2 +1,198 @@
-// Scaffold: the embedding kernel family (issue #3) is being written on its own branch.
+// The Transformer input embedding as LightSeq2 fuses it (issue #3): token lookup, scaling,
+// position embedding and dropout in one kernel; its backward as the scatter-add of the dropout
+// gradient into the token (and learned position) table, in two variants (float atomics as the
+// paper does, and a deterministic sort + fixed-order segmented reduction); and the unfused
+// PyTorch-eager-like baseline. Semantics: exactly reference/embedding.h (restated here, since
+// kernels/ never include reference/):
+//
+//   e[b,l] = token_table[tok] · scale + pos[position(b,l)]   (tok = tokens[b,l] != padding_idx)
+//   e[b,l] = 0                                               (tok == padding_idx)
+//   y      = dropout(e), mask element (b·L + l)·H + h of the Philox stream (seed, offset)
+//            (= make_dropout_mask(B·L, H, p, seed, offset), kernels/dropout.h)
+//
+// position(b,l) = position_offset + (slot: l | nonpad_count: non-padding tokens in row b before
+// slot l). Sinusoidal positions are computed in the kernels in float, as ref::sinusoidal_positions
+// defines them (all sines, then all cosines; odd H leaves the last column zero; half = 1 has the
+// single frequency 1); learned positions read a [num_positions, H] table that gets a gradient.
+// nonpad_count is computed inside every kernel that needs it (no pre-pass, no workspace): a block
+// owns 8 consecutive slots of one row, counts the non-padding tokens of the row before its first
+// slot with all 256 threads (L/8·4 bytes per token on average, L2 hits), and the rest with one
+// ballot.
+//
+// Padding gives an all-zero output row (whatever the table holds and whatever the mask) and sends
+// no gradient. Token ids outside [0, vocab) cannot be checked on the host without a copy: the
+// forward writes a row of quiet NaNs for such a token (so the loss turns NaN and the error cannot
+// pass silently) and both backwards skip it (it has no table row); it still counts as a
+// non-padding token for nonpad_count.
+//
+// Types: T ∈ {float, __half, __nv_bfloat16}; float arithmetic, one rounding to T per output
+// (the atomic backward excepted: see there). Token ids are int32.
 #pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dropout.h"
+
+namespace seqbench::kernels {
+
+enum class PositionEncoding { sinusoidal, learned };
+enum class PositionIndexing { slot, nonpad_count };
+
+struct EmbeddingShape {
+  std::int64_t batch = 0;          // B >= 0
+  std::int64_t len = 0;            // L >= 0; B·L <= 2^31 - 1
+  std::int64_t hidden = 0;         // H >= 1
+  std::int64_t vocab = 0;          // >= 1, <= 2^31 - 2
+  std::int64_t num_positions = 0;  // learned only: >= position_offset + L, <= 2^31 - 2
+  std::int64_t tokens() const { return batch * len; }
+};
+
+struct EmbeddingConfig {
+  float scale = 1.0f;             // finite; sqrt(H) in the Transformer
+  std::int32_t padding_idx = -1;  // -1: no padding token; else in [0, vocab)
+  PositionEncoding positions = PositionEncoding::sinusoidal;
+  PositionIndexing indexing = PositionIndexing::slot;
+  std::int64_t position_offset = 0;  // >= 0; sinusoidal: offset + L <= 2^24 (exact float positions)
+  DropoutConfig dropout;
+};
+
+// Validates shape and config (everything but pointers); throws seqbench::Error naming the value
+// and the limit. Every launcher below calls it first.
+void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& config, const char* op);
+
+// ---------------------------------------------------------------------------------------------
+// Fused forward.
+//
+// launch_embedding_fwd<T>(y, tokens, token_table, position_table, shape, config, stream)
+//   What: y [B·L, H] as above. position_table [num_positions, H] is read for learned positions
+//   only (may be null for sinusoidal ones).
+//   Thread mapping: blocks of 8 warps own 8 consecutive slots of one row (grid B·ceil(L/8)); one
+//   warp per token walks its row in vectors of K = 16/sizeof(T) columns, lane j taking vectors
+//   j, j+32, ...: one Packed<T> load of the token row (and position row), K/4 Philox calls, one
+//   Packed<T> store when H % K == 0 and y and the tables are 16-byte aligned, else K guarded
+//   scalar accesses (any H, tails included). Sinusoids: one exp2f and one sinf/cosf per element.
+//   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
+//   learned position rows) + B·L·H·sizeof(T) written.
+//   Limits: require_embedding_args; y, tokens, token_table (and position_table when learned)
+//   non-null when B·L > 0; y overlaps no input.
+template <class T>
+void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table, const T* position_table,
+                          const EmbeddingShape& shape, const EmbeddingConfig& config, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Backward. Both variants OVERWRITE the whole gradient tables (the caller needs not zero them):
+// d_token_table [vocab, H] (the padding row and rows of unused tokens become 0) and, for learned
+// positions, d_position_table [num_positions, H]:
+//   g = dy ⊙ keep / (1-p)        (the mask redrawn from config.dropout: nothing saved)
+//   d_token_table[tok]  += scale · g[b·L + l]      d_position_table[position] += g[b·L + l]
+// over the non-padding tokens with ids in [0, vocab).
+//
+// launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config, stream)
+//   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token)
+//   atomically adds scale·g into the token row and g into the position row, in T (float atomics
+//   for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs, else scalar ones). NOT bitwise
+//   deterministic: the order of the adds to one row depends on scheduling; and for fp16/bf16
+//   every add rounds to T (as PyTorch's index_add_ in that dtype), so a row used m times carries
+//   up to (m-1)·u_T relative summation error.
+//   Traffic: tables zeroed (vocab·H + num_positions·H)·sizeof(T) written, B·L·4 + B·L·H·sizeof(T)
+//   read, B·L·H (x2 learned) read-modify-writes in L2.
+//
+// launch_embedding_bwd_sorted<T>(d_token_table, d_position_table, dy, tokens, shape, config,
+//                                workspace, workspace_bytes, stream)
+//   Deterministic, no float atomics: (1) a key kernel (the forward's mapping) writes the pairs
+//   (token id, b·L + l) and, for learned positions, (position, b·L + l), padding and invalid
+//   tokens keyed past the table (a sentinel) so they sort last and are ignored;
+//   (2) cub::DeviceRadixSort::SortPairs sorts them by key (stable: equal keys keep increasing
+//   b·L + l; the pairs are distinct, so the result does not depend on the algorithm);
+//   (3) one block of 8 warps per table row finds its segment by binary search, warp w sums the
+//   segment's entries w, w+8, ... in order (float, one vector of K columns a lane, 32·K columns
+//   a pass), the 8 warp sums are added in warp order, scaled and rounded once to T: the summation
+//   order is a function of the tokens only, so the result is bitwise reproducible on any GPU.
+//   Every table row is written exactly once (zero rows included): no memset.
+//   Traffic: as the atomic one, plus 4 int32 arrays of B·L (8 learned) through the workspace and
+//   the sort's passes (a few B·L·8 bytes; small next to B·L·H·sizeof(T)).
+//   Workspace: embedding_bwd_sorted_workspace_bytes(shape, config) bytes, 256-byte aligned. That
+//   function asks CUB for its temporary storage, which needs the CUDA device the launch runs on
+//   (it throws without one); embedding_sort_layout() is the host-only part of the arithmetic.
+//
+// Limits (both): require_embedding_args; d_token_table non-null; d_position_table non-null for
+// learned positions; dy and tokens non-null when B·L > 0; no output overlaps an input, the other
+// output or the workspace.
+template <class T>
+void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
+                                 const std::int32_t* tokens, const EmbeddingShape& shape,
+                                 const EmbeddingConfig& config, cudaStream_t stream);
+
+// Byte offsets inside the sorted backward's workspace: four int32 arrays of `tokens` elements
+// (keys and values, in and out) per sorted table, then the CUB temporary storage; every part
+// starts at a multiple of 256 bytes.
+struct EmbeddingSortLayout {
+  std::size_t token_keys_in = 0, token_values_in = 0, token_keys_out = 0, token_values_out = 0;
+  std::size_t position_keys_in = 0, position_values_in = 0, position_keys_out = 0, position_values_out = 0;
+  std::size_t sort_temp = 0, sort_temp_bytes = 0;
+  std::size_t total = 0;
+};
+
+// Host only: the layout for B·L = tokens pairs, with a second (position) sort when `learned`,
+// and `sort_temp_bytes` of CUB temporary storage.
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std::size_t sort_temp_bytes);
+
+// The number of key bits the sort looks at for keys in [0, sentinel]: bit_width(sentinel).
+int embedding_sort_key_bits(std::int64_t sentinel);
+
+std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
+
+template <class T>
+void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T* dy,
+                                 const std::int32_t* tokens, const EmbeddingShape& shape,
+                                 const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Unfused baseline, one op per kernel as PyTorch eager runs fairseq's TransformerEncoder
+// embedding: positions = make_positions (a cumsum over the non-padding mask; here
+// launch_embedding_positions), x = embed_tokens(tokens) (launch_gather_rows), x = scale · x
+// (launch_scale), p = embed_positions(positions) (launch_gather_rows on the learned table, or on
+// a precomputed sinusoidal table [offset + L, H] for sinusoidal positions), x = x + p
+// (launch_residual_add, kernels/bias_dropout_residual.h), x = x.masked_fill(padding, 0)
+// (launch_zero_padding_rows), y = dropout(x) (launch_dropout_mask_u8 + launch_dropout_apply_u8,
+// keeping the uint8 mask). Backward: g = launch_dropout_apply_u8(dy, mask), the scale's backward
+// launch_scale(g, scale), then the embedding backward as index_add_: cudaMemsetAsync of the
+// table and launch_scatter_add_rows (float/T atomics; PyTorch's embedding_dense_backward sorts
+// instead, this is the eager op sequence of LightSeq2's baseline); likewise g into the learned
+// position table. Simple element-per-thread kernels (grid-stride), no vectors.
+//
+// launch_embedding_positions(positions, tokens, shape, config, stream)
+//   positions[b·L + l] = position(b, l) for every token, padding included (int32).
+// launch_gather_rows<T>(y, table, table_rows, index, n, hidden, stream)
+//   y[i, :] = table[index[i], :] for i < n; an index outside [0, table_rows) gives a NaN row.
+// launch_scale<T>(y, x, count, scale, stream): y = scale · x (count elements).
+// launch_zero_padding_rows<T>(y, x, tokens, n, hidden, padding_idx, stream)
+//   y[i, :] = tokens[i] == padding_idx ? 0 : x[i, :] (padding_idx -1: a copy).
+// launch_scatter_add_rows<T>(grad, grad_rows, src, index, tokens, padding_idx, n, hidden, stream)
+//   grad[index[i], :] += src[i, :] (atomics in T) for every i < n with tokens[i] != padding_idx
+//   and index[i] in [0, grad_rows); the caller zeroes grad first.
+void launch_embedding_positions(std::int32_t* positions, const std::int32_t* tokens,
+                                const EmbeddingShape& shape, const EmbeddingConfig& config,
+                                cudaStream_t stream);
+
+template <class T>
+void launch_gather_rows(T* y, const T* table, std::int64_t table_rows, const std::int32_t* index,
+                        std::int64_t n, std::int64_t hidden, cudaStream_t stream);
+
+template <class T>
+void launch_scale(T* y, const T* x, std::size_t count, float scale, cudaStream_t stream);
+
+template <class T>
+void launch_zero_padding_rows(T* y, const T* x, const std::int32_t* tokens, std::int64_t n,
+                              std::int64_t hidden, std::int32_t padding_idx, cudaStream_t stream);
+
+template <class T>
+void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, const std::int32_t* index,
+                             const std::int32_t* tokens, std::int32_t padding_idx, std::int64_t n,
+                             std::int64_t hidden, cudaStream_t stream);
+
+}  // namespace seqbench::kernels

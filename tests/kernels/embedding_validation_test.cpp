@@ -1,2 +1,205 @@
-// Scaffold: the embedding CPU validation tests (issue #3) are being written on their own branch.
+// The embedding family on the CPU: the sorted backward's workspace layout and every launcher's
+// argument validation (fake non-null pointers: launchers validate before any CUDA call; each
+// expectation checks the message, since without a GPU a call that slipped through would still
+// throw at the launch). embedding_bwd_sorted_workspace_bytes itself asks CUB and needs a device:
+// the GPU test covers it.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/embedding.h"
+#include "tests/common/expect_error.h"
+
+namespace seqbench::kernels {
+namespace {
+
+using seqbench::testing::expect_error;
+
+template <class T>
+T* fake(std::uintptr_t slot) {
+  return reinterpret_cast<T*>(slot << 32);
+}
+
+EmbeddingShape shape_of(std::int64_t b, std::int64_t l, std::int64_t h, std::int64_t vocab,
+                        std::int64_t pos = 0) {
+  return EmbeddingShape{b, l, h, vocab, pos};
+}
+
+EmbeddingConfig learned_config() {
+  EmbeddingConfig c;
+  c.positions = PositionEncoding::learned;
+  c.padding_idx = 0;
+  c.dropout = {0.1f, 1, 2};
+  return c;
+}
+
+TEST(EmbeddingSortLayout, FourArraysPerTableThenTheSortStorage) {
+  const EmbeddingSortLayout one = embedding_sort_layout(1000, false, 777);
+  EXPECT_EQ(one.token_keys_in, 0u);
+  EXPECT_EQ(one.token_values_in, 4096u);  // 4000 bytes rounded up to 256
+  EXPECT_EQ(one.token_values_out, 3u * 4096u);
+  EXPECT_EQ(one.sort_temp, 4u * 4096u);
+  EXPECT_EQ(one.total, 4u * 4096u + 1024u);
+  const EmbeddingSortLayout two = embedding_sort_layout(1000, true, 0);
+  EXPECT_EQ(two.position_keys_in, 4u * 4096u);
+  EXPECT_EQ(two.position_values_out, 7u * 4096u);
+  EXPECT_EQ(two.total, 8u * 4096u);
+  EXPECT_EQ(embedding_sort_layout(0, true, 0).total, 0u);
+  for (const std::int64_t n : {1, 3, 63, 64, 65, 16384}) {
+    const EmbeddingSortLayout l = embedding_sort_layout(n, true, 5);
+    for (const std::size_t at :
+         {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out, l.position_keys_in,
+          l.position_values_in, l.position_keys_out, l.position_values_out, l.sort_temp}) {
+      EXPECT_EQ(at % 256, 0u) << n;
+    }
+    EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
+    EXPECT_GE(l.total, l.sort_temp + 5);
+  }
+  expect_error([] { embedding_sort_layout(-1, false, 0); }, "embedding_sort_layout: tokens -1");
+}
+
+TEST(EmbeddingSortLayout, KeyBitsCoverTheSentinel) {
+  EXPECT_EQ(embedding_sort_key_bits(0), 1);
+  EXPECT_EQ(embedding_sort_key_bits(1), 1);
+  EXPECT_EQ(embedding_sort_key_bits(2), 2);
+  EXPECT_EQ(embedding_sort_key_bits(32000), 15);
+  EXPECT_EQ(embedding_sort_key_bits(32768), 16);
+  EXPECT_EQ(embedding_sort_key_bits(50257), 16);
+}
+
+TEST(EmbeddingArgs, RejectBadShapesAndConfigs) {
+  const EmbeddingConfig ok;
+  expect_error([&] { require_embedding_args(shape_of(-1, 4, 8, 10), ok, "op"); },
+               "op: batch -1 x len 4 is negative");
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 0, 10), ok, "op"); }, "op: hidden 0 must be >= 1");
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 0), ok, "op"); }, "op: vocab 0 outside [1, ");
+  expect_error([&] { require_embedding_args(shape_of(1 << 20, 1 << 12, 8, 10), ok, "op"); },
+               "tokens > 2147483647");
+  EmbeddingConfig c = ok;
+  c.padding_idx = 10;
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10), c, "op"); },
+               "padding_idx 10 outside [-1, vocab 10)");
+  c.padding_idx = -2;
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10), c, "op"); }, "padding_idx -2 outside");
+  c = ok;
+  c.scale = std::numeric_limits<float>::infinity();
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10), c, "op"); }, "scale inf is not finite");
+  c.scale = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10), c, "op"); }, "is not finite");
+  for (const float p : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    c = ok;
+    c.dropout.p = p;
+    expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10), c, "op"); },
+                 "op: dropout probability p = ");
+  }
+  c = ok;
+  c.position_offset = -1;
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10), c, "op"); },
+               "position_offset -1 must be >= 0");
+  c.position_offset = (1 << 24) - 3;
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10), c, "op"); },
+               "position_offset + len = 16777217 > 16777216");
+  c = learned_config();
+  c.position_offset = 3;
+  expect_error([&] { require_embedding_args(shape_of(2, 4, 8, 10, 6), c, "op"); },
+               "num_positions 6 outside [position_offset + len = 7, ");
+  EXPECT_NO_THROW(require_embedding_args(shape_of(2, 4, 8, 10, 7), c, "op"));
+  c.indexing = PositionIndexing::nonpad_count;
+  EXPECT_NO_THROW(require_embedding_args(shape_of(2, 4, 8, 10, 7), c, "op"));
+  EXPECT_NO_THROW(require_embedding_args(shape_of(0, 0, 1, 1), ok, "op"));
+}
+
+TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
+  const EmbeddingShape s = shape_of(2, 4, 8, 10, 4);
+  const EmbeddingConfig c = learned_config();
+  float* y = fake<float>(1);
+  const std::int32_t* tokens = fake<std::int32_t>(2);
+  const float *table = fake<float>(3), *pos = fake<float>(4);
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, tokens, table, pos, shape_of(2, 4, 0, 10, 4), c, nullptr); },
+      "embedding_fwd: hidden 0");
+  expect_error([&] { launch_embedding_fwd<float>(nullptr, tokens, table, pos, s, c, nullptr); },
+               "embedding_fwd: y is null");
+  expect_error([&] { launch_embedding_fwd<float>(y, nullptr, table, pos, s, c, nullptr); }, "tokens is null");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, nullptr, pos, s, c, nullptr); },
+               "token_table is null");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, nullptr, s, c, nullptr); },
+               "position_table is null");
+  expect_error(
+      [&] {
+        launch_embedding_fwd<float>(y, tokens, reinterpret_cast<const float*>(y) + 10, pos, s, c, nullptr);
+      },
+      "output y overlaps input token_table");
+  expect_error(
+      [&] {
+        launch_embedding_fwd<float>(y, reinterpret_cast<const std::int32_t*>(y) + 3, table, pos, s, c,
+                                    nullptr);
+      },
+      "output y overlaps input tokens");
+  // Empty batches launch nothing; sinusoidal positions need no table.
+  EXPECT_NO_THROW(
+      launch_embedding_fwd<__half>(nullptr, nullptr, nullptr, nullptr, shape_of(0, 4, 8, 10, 4), c, nullptr));
+
+  __nv_bfloat16* dt = fake<__nv_bfloat16>(5);
+  __nv_bfloat16* dp = fake<__nv_bfloat16>(6);
+  const __nv_bfloat16* dy = fake<__nv_bfloat16>(7);
+  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(nullptr, dp, dy, tokens, s, c, nullptr); },
+               "embedding_bwd_atomic: d_token_table is null");
+  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, nullptr, dy, tokens, s, c, nullptr); },
+               "d_position_table is null");
+  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, nullptr, tokens, s, c, nullptr); },
+               "dy is null");
+  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dt + 40, dy, tokens, s, c, nullptr); },
+               "output d_position_table overlaps input d_token_table");
+  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, dt + 8, tokens, s, c, nullptr); },
+               "output d_token_table overlaps input dy");
+  void* ws = fake<void>(8);
+  expect_error(
+      [&] {
+        launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, nullptr, 1 << 20, nullptr);
+      },
+      "embedding_bwd_sorted: workspace is null");
+  expect_error(
+      [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, ws, 100, nullptr); },
+      "workspace of 100 bytes, needs at least " + std::to_string(embedding_sort_layout(8, true, 0).total));
+  expect_error(
+      [&] {
+        launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, static_cast<char*>(ws) + 4,
+                                                   1 << 20, nullptr);
+      },
+      "workspace is not 256-byte aligned");
+  expect_error(
+      [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, dt, 1 << 20, nullptr); },
+      "output d_token_table overlaps input workspace");
+  EmbeddingConfig bad = c;
+  bad.padding_idx = 11;
+  expect_error(
+      [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, bad, ws, 1 << 20, nullptr); },
+      "embedding_bwd_sorted: padding_idx 11");
+}
+
+TEST(EmbeddingBaseline, ValidatesItsArguments) {
+  float* y = fake<float>(1);
+  const float* x = fake<float>(2);
+  const std::int32_t* idx = fake<std::int32_t>(3);
+  expect_error([&] { launch_gather_rows<float>(y, x, 0, idx, 4, 8, nullptr); }, "gather_rows: table_rows 0");
+  expect_error([&] { launch_gather_rows<float>(y, nullptr, 3, idx, 4, 8, nullptr); },
+               "gather_rows: table is null");
+  expect_error([&] { launch_gather_rows<float>(y, x, 3, idx, 4, 0, nullptr); }, "gather_rows: hidden 0");
+  expect_error([&] { launch_scale<float>(y, y + 3, 8, 2.0f, nullptr); }, "scale: output y overlaps input x");
+  expect_error([&] { launch_zero_padding_rows<float>(y, x, idx, 4, 8, -3, nullptr); }, "padding_idx -3 < -1");
+  expect_error([&] { launch_scatter_add_rows<float>(y, 3, x, idx, nullptr, 0, 4, 8, nullptr); },
+               "scatter_add_rows: tokens is null");
+  expect_error(
+      [&] { launch_embedding_positions(nullptr, idx, shape_of(2, 4, 8, 10), EmbeddingConfig{}, nullptr); },
+      "embedding_positions: positions is null");
+  EXPECT_NO_THROW(launch_scale<__half>(nullptr, nullptr, 0, 1.0f, nullptr));
+}
+
+}  // namespace
+}  // namespace seqbench::kernels
