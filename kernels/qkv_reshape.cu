@@ -1,2 +1,448 @@
-// Scaffold: the qkv_reshape kernel family (issue #3) is being written on its own branch.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
+#include "kernels/dropout_mask.h"
+#include "kernels/packed.h"
 #include "kernels/qkv_reshape.h"
+
+namespace seqbench::kernels {
+
+using namespace dropout_detail;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The fused kernels: one template for both directions over the row-tiled skeleton.
+
+template <class T>
+struct HeadsArgs {
+  T* out = nullptr;
+  const T* in = nullptr;
+  const T* bias = nullptr;    // [cols], read when kBias
+  float* partials = nullptr;  // [row_blocks, cols], written when kReduce
+  std::int64_t rows = 0;      // B·L
+  std::int64_t cols = 0;      // P·H
+  std::int64_t len = 0;       // L
+  std::int64_t hidden = 0;    // H
+  std::int64_t heads = 0;     // N
+  std::int64_t head_dim = 0;  // d
+  std::int64_t rows_per_block = 0;
+  bool vector_path = false;  // d % K == 0 and every pointer 16-byte aligned
+};
+
+// One column to the right in the heads layout: element j + 1 of head h, or element 0 of head
+// h + 1, or head 0 of the next projection; `off` is the heads-layout offset.
+__device__ __forceinline__ void step_column(std::int64_t& off, std::int64_t& h, std::int64_t& j,
+                                            std::int64_t d, std::int64_t heads, std::int64_t next_head,
+                                            std::int64_t next_proj) {
+  if (++j < d) {
+    ++off;
+    return;
+  }
+  j = 0;
+  if (++h < heads) {
+    off += next_head;
+    return;
+  }
+  h = 0;
+  off += next_proj;
+}
+
+// The kernel. kToHeads: in is the projected matrix [rows, cols] and out the heads layout
+// [P, B, N, L, d] (the split); otherwise the reverse (the merge). kBias adds bias[c] in float
+// (split only); kReduce sums the moved values per column into partials (merge only), in the
+// order of kernels/dropout_mask.h's row_tile_kernel: each thread's rows in increasing order,
+// then the 8 row lanes in order. Pure moves copy T values as they are (bitwise).
+//
+// Heads-layout address of projected element (r, c), with r = b·L + l and c = p·H + h·d + j:
+//   (((p·B + b)·N + h)·L + l)·d + j = p·rows·H + h·L·d + j  +  b·L·H + l·d
+// The first part depends on the column only (computed once per thread for its first column;
+// the scalar path steps from there to the others), the second on the row only.
+template <class T, bool kToHeads, bool kBias, bool kReduce>
+__global__ void __launch_bounds__(kTileThreads) heads_tile_kernel(const HeadsArgs<T> a) {
+  static_assert(kToHeads || !kBias, "the bias is added on the split only");
+  static_assert(!kToHeads || !kReduce, "the column sum is taken on the merge only");
+  constexpr int K = Packed<T>::kSize;
+  T* __restrict__ out = a.out;
+  const T* __restrict__ in = a.in;
+  const std::int64_t cols = a.cols;
+  const std::int64_t col0 = (static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x) * K;
+  const int count = col0 < cols ? static_cast<int>(cols - col0 < K ? cols - col0 : K) : 0;
+  const bool whole = a.vector_path && count == K;
+  const std::int64_t d = a.head_dim;
+  const std::int64_t len = a.len;
+  const std::int64_t batch_stride = len * a.hidden;  // b·L·H
+
+  // The heads-layout offset of the thread's first column, and where that column sits in its
+  // head (element j0 of head h0), so that the scalar path can step through the next K - 1
+  // columns with additions: +1 within a head, next_head to element 0 of the next head,
+  // next_proj to head 0 of the next projection.
+  const std::int64_t proj_stride = a.rows * a.hidden, head_stride = len * d;
+  const std::int64_t next_head = head_stride - (d - 1);
+  const std::int64_t next_proj = proj_stride - (a.heads - 1) * head_stride - (d - 1);
+  std::int64_t col_off0 = 0, h0 = 0, j0 = 0;
+  if (count > 0) {
+    const std::int64_t p = col0 / a.hidden, rem = col0 - (col0 / a.hidden) * a.hidden;
+    h0 = rem / d;
+    j0 = rem - h0 * d;
+    col_off0 = p * proj_stride + h0 * head_stride + j0;
+  }
+
+  float bias[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) bias[k] = 0.0f;
+  if constexpr (kBias) {
+    if (count > 0) load_floats<T, K>(a.bias + col0, bias, count, whole);
+  }
+
+  float acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+
+  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * a.rows_per_block;
+  const std::int64_t row_end = a.rows - row_begin < a.rows_per_block ? a.rows : row_begin + a.rows_per_block;
+  if (count > 0) {
+    std::int64_t r = row_begin + threadIdx.y;
+    std::int64_t b = r / len, l = r - (r / len) * len;  // len >= 1 whenever rows > 0
+#pragma unroll 2
+    for (; r < row_end; r += kTileRows) {
+      const std::int64_t flat = r * cols + col0;  // projected
+      const std::int64_t row_off = b * batch_stride + l * d;
+      if constexpr (kToHeads) {
+        if (whole) {
+          Packed<T> v = Packed<T>::load(in + flat);
+          if constexpr (kBias) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) v.v[k] = from_float<T>(to_float(v.v[k]) + bias[k]);
+          }
+          v.store(out + col_off0 + row_off);
+        } else {
+          std::int64_t off = col_off0 + row_off, h = h0, j = j0;
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            if (k < count) {
+              if constexpr (kBias) {
+                out[off] = from_float<T>(to_float(in[flat + k]) + bias[k]);
+              } else {
+                out[off] = in[flat + k];
+              }
+            }
+            step_column(off, h, j, d, a.heads, next_head, next_proj);
+          }
+        }
+      } else {
+        if (whole) {
+          const Packed<T> v = Packed<T>::load(in + col_off0 + row_off);
+          v.store(out + flat);
+          if constexpr (kReduce) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) acc[k] += to_float(v.v[k]);
+          }
+        } else {
+          std::int64_t off = col_off0 + row_off, h = h0, j = j0;
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            if (k < count) {
+              const T v = in[off];
+              out[flat + k] = v;
+              if constexpr (kReduce) acc[k] += to_float(v);
+            }
+            step_column(off, h, j, d, a.heads, next_head, next_proj);
+          }
+        }
+      }
+      // The next row of this thread: kTileRows further, carried into b.
+      l += kTileRows;
+      if (l >= len) {
+        if (len >= kTileRows) {
+          l -= len;
+          ++b;
+        } else {
+          b += l / len;
+          l -= (l / len) * len;
+        }
+      }
+    }
+  }
+
+  if constexpr (kReduce) {
+    // As row_tile_kernel: the 8 row lanes of each column in order, one float per column per block.
+    __shared__ float lane_sums[kTileRows][kTileCols * K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) lane_sums[threadIdx.y][threadIdx.x * K + k] = acc[k];
+    __syncthreads();
+    const int t = static_cast<int>(threadIdx.y) * kTileCols + static_cast<int>(threadIdx.x);
+    for (int c = t; c < kTileCols * K; c += kTileThreads) {
+      const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols * K + c;
+      if (col >= cols) continue;
+      float sum = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kTileRows; ++y) sum += lane_sums[y][c];
+      a.partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = sum;
+    }
+  }
+}
+
+template <class T, bool kToHeads, bool kBias, bool kReduce>
+void launch_heads_tile(HeadsArgs<T> a, cudaStream_t stream) {
+  constexpr int K = Packed<T>::kSize;
+  const RowTilePlan plan = make_row_tile_plan(a.rows, a.cols);
+  if (plan.row_blocks == 0) return;
+  a.rows_per_block = plan.rows_per_block;
+  a.vector_path = a.head_dim % K == 0 && is_vector_aligned(a.out) && is_vector_aligned(a.in) &&
+                  (a.bias == nullptr || is_vector_aligned(a.bias));
+  const std::int64_t col_tiles = (a.cols + kTileCols * K - 1) / (kTileCols * K);
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(plan.row_blocks));
+  heads_tile_kernel<T, kToHeads, kBias, kReduce><<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(a);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+HeadsArgs<T> make_heads_args(const HeadsShape& s) {
+  HeadsArgs<T> a;
+  a.rows = s.rows();
+  a.cols = s.cols();
+  a.len = s.len;
+  a.hidden = s.hidden;
+  a.heads = s.heads;
+  a.head_dim = s.head_dim();
+  return a;
+}
+
+template <class T>
+std::size_t tensor_bytes(const HeadsShape& s) {
+  return static_cast<std::size_t>(s.elements()) * sizeof(T);
+}
+
+// out = move(in) over the shape: both non-null and disjoint.
+template <class T>
+void require_move(const char* op, const T* out, const char* out_name, const T* in, const char* in_name,
+                  const HeadsShape& s) {
+  require_non_null(out, op, out_name);
+  require_non_null(in, op, in_name);
+  require_disjoint(out, tensor_bytes<T>(s), in, tensor_bytes<T>(s), op, out_name, in_name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The unfused baseline's strided copy.
+
+constexpr int kCopyThreads = 256;
+constexpr std::int64_t kCopyMaxBlocks = std::int64_t{1} << 20;  // then grid-stride
+
+template <class Index>
+struct StridedIndex {
+  Index dims[4];
+  Index out_stride[4];
+  Index in_stride[4];
+};
+
+template <class T, class Index>
+__global__ void __launch_bounds__(kCopyThreads)
+    strided_copy_kernel(T* __restrict__ out, const T* __restrict__ in, const StridedIndex<Index> s, Index n) {
+  const Index step = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
+       i += step) {
+    Index rest = i;
+    const Index i3 = rest % s.dims[3];
+    rest /= s.dims[3];
+    const Index i2 = rest % s.dims[2];
+    rest /= s.dims[2];
+    const Index i1 = rest % s.dims[1];
+    const Index i0 = rest / s.dims[1];
+    out[i0 * s.out_stride[0] + i1 * s.out_stride[1] + i2 * s.out_stride[2] + i3 * s.out_stride[3]] =
+        in[i0 * s.in_stride[0] + i1 * s.in_stride[1] + i2 * s.in_stride[2] + i3 * s.in_stride[3]];
+  }
+}
+
+template <class T, class Index>
+void launch_strided_copy_kernel(T* out, const T* in, const StridedCopy4& c, std::int64_t n,
+                                cudaStream_t stream) {
+  StridedIndex<Index> s;
+  for (int k = 0; k < 4; ++k) {
+    s.dims[k] = static_cast<Index>(c.dims[k]);
+    s.out_stride[k] = static_cast<Index>(c.out_stride[k]);
+    s.in_stride[k] = static_cast<Index>(c.in_stride[k]);
+  }
+  const std::int64_t blocks = std::min<std::int64_t>((n + kCopyThreads - 1) / kCopyThreads, kCopyMaxBlocks);
+  strided_copy_kernel<T, Index>
+      <<<static_cast<unsigned>(blocks), kCopyThreads, 0, stream>>>(out, in, s, static_cast<Index>(n));
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
+// Four terms sum below 2^60, so that a span in bytes, (offset + 1)·sizeof(T), fits in 64 bits.
+constexpr std::int64_t kMaxOffsetTerm = std::int64_t{1} << 58;
+
+// The largest element offset Σ (dims[k] - 1)·stride[k] (dims all >= 1), checked against overflow.
+std::int64_t max_offset(const StridedCopy4& c, const std::int64_t (&stride)[4], const char* op,
+                        const char* which) {
+  std::int64_t total = 0;
+  for (int k = 0; k < 4; ++k) {
+    const std::int64_t extent = c.dims[k] - 1;
+    SEQBENCH_REQUIRE(extent == 0 || stride[k] <= kMaxOffsetTerm / extent,
+                     op << ": " << which << " offset (dims[" << k << "] - 1)·stride = " << extent << "·"
+                        << stride[k] << " exceeds 2^58 elements");
+    total += extent * stride[k];
+  }
+  return total;
+}
+
+}  // namespace
+
+void require_heads_shape(const HeadsShape& s, const char* op) {
+  SEQBENCH_REQUIRE(s.batch >= 0 && s.len >= 0,
+                   op << ": batch " << s.batch << " and len " << s.len << " must be >= 0");
+  SEQBENCH_REQUIRE(s.heads >= 1, op << ": heads " << s.heads << " must be >= 1 (hidden " << s.hidden << ")");
+  SEQBENCH_REQUIRE(s.hidden >= 0 && s.hidden % s.heads == 0,
+                   op << ": hidden " << s.hidden << " is not a non-negative multiple of heads " << s.heads);
+  SEQBENCH_REQUIRE(s.projections >= 1 && s.projections <= kMaxProjections,
+                   op << ": projections " << s.projections << " is outside [1, " << kMaxProjections << "]");
+  SEQBENCH_REQUIRE(s.hidden <= std::numeric_limits<std::int32_t>::max(),
+                   op << ": hidden " << s.hidden << " > " << std::numeric_limits<std::int32_t>::max());
+  SEQBENCH_REQUIRE(s.len == 0 || s.batch <= kMaxElements / s.len,
+                   op << ": batch·len = " << s.batch << "·" << s.len << " exceeds 2^62 rows");
+  require_matrix_shape(s.rows(), s.cols(), op);
+}
+
+std::size_t qkv_bias_split_bwd_workspace_bytes(const HeadsShape& shape) {
+  require_heads_shape(shape, "qkv_bias_split_bwd_workspace_bytes");
+  return bias_grad_workspace_bytes(shape.rows(), shape.cols());
+}
+
+template <class T>
+void launch_qkv_bias_split_fwd(T* heads_out, const T* projected, const T* bias, const HeadsShape& shape,
+                               cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("qkv_bias_split_fwd");
+  constexpr const char* op = "qkv_bias_split_fwd";
+  require_heads_shape(shape, op);
+  if (shape.elements() == 0) return;
+  require_move<T>(op, heads_out, "heads_out", projected, "projected", shape);
+  require_non_null(bias, op, "bias");
+  require_disjoint(heads_out, tensor_bytes<T>(shape), bias,
+                   static_cast<std::size_t>(shape.cols()) * sizeof(T), op, "heads_out", "bias");
+  HeadsArgs<T> a = make_heads_args<T>(shape);
+  a.out = heads_out;
+  a.in = projected;
+  a.bias = bias;
+  launch_heads_tile<T, true, true, false>(a, stream);
+}
+
+template <class T>
+void launch_qkv_bias_split_bwd(T* d_projected, T* dbias, const T* d_heads, const HeadsShape& shape,
+                               void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("qkv_bias_split_bwd");
+  constexpr const char* op = "qkv_bias_split_bwd";
+  require_heads_shape(shape, op);
+  const std::int64_t rows = shape.rows(), cols = shape.cols();
+  const std::size_t need = bias_grad_workspace_bytes(rows, cols);
+  require_workspace(workspace, workspace_bytes, need, op);
+  if (cols == 0) return;
+  require_non_null(dbias, op, "dbias");
+  if (rows > 0) {
+    const std::size_t bytes = tensor_bytes<T>(shape), bias_bytes = static_cast<std::size_t>(cols) * sizeof(T);
+    require_move<T>(op, d_projected, "d_projected", d_heads, "d_heads", shape);
+    require_disjoint(d_projected, bytes, workspace, need, op, "d_projected", "workspace");
+    require_disjoint(dbias, bias_bytes, d_projected, bytes, op, "dbias", "d_projected");
+    require_disjoint(dbias, bias_bytes, d_heads, bytes, op, "dbias", "d_heads");
+    require_disjoint(dbias, bias_bytes, workspace, need, op, "dbias", "workspace");
+    HeadsArgs<T> a = make_heads_args<T>(shape);
+    a.out = d_projected;
+    a.in = d_heads;
+    a.partials = static_cast<float*>(workspace);
+    launch_heads_tile<T, false, false, true>(a, stream);
+  }
+  launch_bias_grad_reduce<T>(dbias, static_cast<const float*>(workspace), rows, cols, stream);
+}
+
+template <class T>
+void launch_merge_heads(T* projected, const T* heads_in, const HeadsShape& shape, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("merge_heads");
+  constexpr const char* op = "merge_heads";
+  require_heads_shape(shape, op);
+  if (shape.elements() == 0) return;
+  require_move<T>(op, projected, "projected", heads_in, "heads_in", shape);
+  HeadsArgs<T> a = make_heads_args<T>(shape);
+  a.out = projected;
+  a.in = heads_in;
+  launch_heads_tile<T, false, false, false>(a, stream);
+}
+
+template <class T>
+void launch_split_heads(T* heads_out, const T* projected, const HeadsShape& shape, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("split_heads");
+  constexpr const char* op = "split_heads";
+  require_heads_shape(shape, op);
+  if (shape.elements() == 0) return;
+  require_move<T>(op, heads_out, "heads_out", projected, "projected", shape);
+  HeadsArgs<T> a = make_heads_args<T>(shape);
+  a.out = heads_out;
+  a.in = projected;
+  launch_heads_tile<T, true, false, false>(a, stream);
+}
+
+template <class T>
+void launch_strided_copy(T* out, const T* in, const StridedCopy4& copy, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("strided_copy");
+  constexpr const char* op = "strided_copy";
+  std::int64_t n = 1;
+  for (int k = 0; k < 4; ++k) {
+    SEQBENCH_REQUIRE(copy.dims[k] >= 0 && copy.out_stride[k] >= 0 && copy.in_stride[k] >= 0,
+                     op << ": dims[" << k << "] = " << copy.dims[k] << ", out_stride[" << k
+                        << "] = " << copy.out_stride[k] << ", in_stride[" << k << "] = " << copy.in_stride[k]
+                        << ": each must be >= 0");
+  }
+  for (int k = 0; k < 4; ++k) {
+    if (copy.dims[k] == 0) return;  // nothing to copy
+  }
+  for (int k = 0; k < 4; ++k) {
+    SEQBENCH_REQUIRE(n <= kMaxElements / copy.dims[k], op << ": dims " << copy.dims[0] << "x" << copy.dims[1]
+                                                          << "x" << copy.dims[2] << "x" << copy.dims[3]
+                                                          << " exceed 2^62 elements");
+    n *= copy.dims[k];
+  }
+  const std::int64_t max_out = max_offset(copy, copy.out_stride, op, "out");
+  const std::int64_t max_in = max_offset(copy, copy.in_stride, op, "in");
+  // Distinct indices must write distinct elements: with the dims of extent > 1 sorted by output
+  // stride (stably, so that the message names a fixed axis), each stride must exceed the largest
+  // offset the smaller ones reach.
+  int order[4] = {0, 1, 2, 3};
+  std::stable_sort(order, order + 4, [&](int x, int y) { return copy.out_stride[x] < copy.out_stride[y]; });
+  std::int64_t span = 0;
+  for (const int k : order) {
+    if (copy.dims[k] == 1) continue;
+    SEQBENCH_REQUIRE(copy.out_stride[k] > span,
+                     op << ": out_stride[" << k << "] = " << copy.out_stride[k]
+                        << " makes distinct indices write the same element (needs > " << span << ")");
+    span += (copy.dims[k] - 1) * copy.out_stride[k];
+  }
+  require_non_null(out, op, "out");
+  require_non_null(in, op, "in");
+  require_disjoint(out, static_cast<std::size_t>(max_out + 1) * sizeof(T), in,
+                   static_cast<std::size_t>(max_in + 1) * sizeof(T), op, "out", "in");
+  constexpr std::int64_t kMax32 = std::numeric_limits<std::int32_t>::max();
+  if (n <= kMax32 && max_out <= kMax32 && max_in <= kMax32) {
+    launch_strided_copy_kernel<T, std::uint32_t>(out, in, copy, n, stream);
+  } else {
+    launch_strided_copy_kernel<T, std::int64_t>(out, in, copy, n, stream);
+  }
+}
+
+// The explicit instantiations, in one place.
+#define SEQBENCH_QKV_RESHAPE_INSTANTIATE(T)                                                            \
+  template void launch_qkv_bias_split_fwd<T>(T*, const T*, const T*, const HeadsShape&, cudaStream_t); \
+  template void launch_qkv_bias_split_bwd<T>(T*, T*, const T*, const HeadsShape&, void*, std::size_t,  \
+                                             cudaStream_t);                                            \
+  template void launch_merge_heads<T>(T*, const T*, const HeadsShape&, cudaStream_t);                  \
+  template void launch_split_heads<T>(T*, const T*, const HeadsShape&, cudaStream_t);                  \
+  template void launch_strided_copy<T>(T*, const T*, const StridedCopy4&, cudaStream_t);
+
+SEQBENCH_QKV_RESHAPE_INSTANTIATE(float)
+SEQBENCH_QKV_RESHAPE_INSTANTIATE(__half)
+SEQBENCH_QKV_RESHAPE_INSTANTIATE(__nv_bfloat16)
+
+#undef SEQBENCH_QKV_RESHAPE_INSTANTIATE
+
+}  // namespace seqbench::kernels
