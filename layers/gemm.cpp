@@ -180,7 +180,15 @@ void validate_gemm(const GemmProblem& p, DType dtype) {
                      op << ": epilogue " << gemm_epilogue_name(p.epilogue)
                         << " supports batch_count 1 only, got batch_count " << p.batch_count);
   }
-  if (p.m == 0 || p.n == 0) return;  // nothing to compute
+  if (p.m == 0 || p.n == 0) {
+    SEQBENCH_REQUIRE(!(p.epilogue == GemmEpilogue::bgrad_a && p.n == 0 && p.m > 0),
+                     op << ": epilogue bgrad_a with n = 0 still has a bias gradient of " << p.m
+                        << " sums to compute; use a column sum (kernels/bias_act_dropout.h) instead");
+    SEQBENCH_REQUIRE(p.epilogue != GemmEpilogue::dgelu_tanh_bgrad || p.n == 0 || p.bias != nullptr,
+                     op << ": epilogue dgelu_tanh_bgrad needs a bias pointer (its zero gradient is written "
+                           "even for m = 0)");
+    return;  // nothing to compute
+  }
   SEQBENCH_REQUIRE(p.k >= 1, op << ": k = 0 with a non-empty " << p.m << "x" << p.n
                                 << " output (an empty sum: zero D yourself rather than launch a GEMM)");
   SEQBENCH_REQUIRE(p.a != nullptr, op << ": a is null");
@@ -304,7 +312,9 @@ struct Gemm::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // null: no algorithm
+
+  const Plan* find_or_make(const GemmProblem& p, DType dtype);
 
   std::unique_ptr<Plan> make_plan(const GemmProblem& p, DType dtype) const {
     auto plan = std::make_unique<Plan>();
@@ -389,22 +399,45 @@ Gemm::~Gemm() {
   if (impl_->handle != nullptr) cublasLtDestroy(impl_->handle);
 }
 
+// The cached plan of a non-empty, validated problem, made on first use; null when cuBLASLt has no
+// algorithm for it (also cached, so a fallback decision costs one heuristic query).
+const Plan* Gemm::Impl::find_or_make(const GemmProblem& p, DType dtype) {
+  const PlanKey key = plan_key(p, dtype);
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    it = plans.emplace(key, make_plan(p, dtype)).first;
+  } else if (it->second) {
+    it->second->set_pointers(p);
+  }
+  return it->second.get();
+}
+
 void Gemm::run(const GemmProblem& p, DType dtype, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("gemm");
   validate_gemm(p, dtype);
-  if (p.m == 0 || p.n == 0) return;
-  const PlanKey key = plan_key(p, dtype);
-  auto it = impl_->plans.find(key);
-  if (it == impl_->plans.end()) {
-    it = impl_->plans.emplace(key, impl_->make_plan(p, dtype)).first;
-  } else {
-    it->second->set_pointers(p);
+  if (p.m == 0 || p.n == 0) {
+    if (p.epilogue == GemmEpilogue::dgelu_tanh_bgrad && p.n > 0) {  // Σ over no rows
+      SEQBENCH_CUDA_CHECK(
+          cudaMemsetAsync(p.bias, 0, static_cast<std::size_t>(p.n) * dtype_size(dtype), stream));
+    }
+    return;
   }
-  const Plan& plan = *it->second;
+  const Plan* found = impl_->find_or_make(p, dtype);
+  SEQBENCH_REQUIRE(found != nullptr, "gemm: cuBLASLt has no algorithm for "
+                                         << describe_problem(p, dtype) << " with a workspace of "
+                                         << impl_->workspace_bytes
+                                         << " bytes (has_algorithm() tells in advance)");
+  const Plan& plan = *found;
   const void* c = p.c != nullptr ? p.c : p.d;
   SEQBENCH_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan.desc, &p.alpha, p.b, plan.layout_a, p.a,
                                        plan.layout_b, &p.beta, c, plan.layout_d, p.d, plan.layout_d,
                                        &plan.algo, impl_->workspace, plan.workspace_bytes, stream));
+}
+
+bool Gemm::has_algorithm(const GemmProblem& p, DType dtype) {
+  validate_gemm(p, dtype);
+  if (p.m == 0 || p.n == 0) return true;  // nothing for cuBLASLt to do
+  return impl_->find_or_make(p, dtype) != nullptr;
 }
 
 std::size_t Gemm::plans() const {
@@ -413,7 +446,7 @@ std::size_t Gemm::plans() const {
 
 std::string Gemm::describe_plan(const GemmProblem& p, DType dtype) const {
   const auto it = impl_->plans.find(plan_key(p, dtype));
-  if (it == impl_->plans.end()) return "";
+  if (it == impl_->plans.end() || !it->second) return "";
   const cublasLtMatmulAlgo_t& algo = it->second->algo;
   std::ostringstream os;
   const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> fields[] = {

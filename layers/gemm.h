@@ -36,7 +36,15 @@
 // the heuristic picked for the caller's workspace. The first call of a problem does the host work
 // (descriptor creation, heuristic query); later calls only set the pointers and launch. Nothing is
 // allocated on the device: the workspace comes from the caller. A Gemm is not thread-safe; use
-// one per host thread.
+// one per host thread, and one stream at a time: every call uses the one workspace, so products
+// enqueued on two streams that may overlap need two Gemm objects (two workspaces). The plan cache
+// keeps every problem it has seen; a layer's problems are a small fixed set per (batch, length)
+// shape, so steady-state training makes no new plans.
+//
+// Empty products: with m = 0 or n = 0 nothing is computed, except that the gradient epilogues
+// still write their bias: dgelu_tanh_bgrad with m = 0 writes bias[n] = 0 (an empty sum), and
+// bgrad_a with n = 0 is refused (its bias[m] = Σ_k op(A) is not empty: compute it with a column
+// sum instead). k = 0 with a non-empty output is refused (see Limits).
 //
 // Limits (checked before any CUDA call, each error naming the value and the limit): m, n >= 0,
 // k >= 1 when m·n > 0, every dimension and leading dimension < 2^31 (cuBLASLt's int64 layouts are
@@ -124,6 +132,11 @@ class Gemm {
   void run(const GemmProblem& problem, cudaStream_t stream) {
     run(problem, DTypeTraits<T>::dtype, stream);
   }
+
+  // Whether cuBLASLt has an algorithm for this problem (for its shapes, alignments, epilogue and
+  // the workspace), so that a layer can fall back to a separate kernel where an epilogue is not
+  // available. Makes and caches the plan; validates like run(). Does not launch anything.
+  bool has_algorithm(const GemmProblem& problem, DType dtype);
 
   // Plans made so far (one per distinct problem): steady-state steps make none.
   std::size_t plans() const;

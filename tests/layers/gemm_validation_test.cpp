@@ -141,6 +141,18 @@ TEST(GemmValidation, RejectsOverlaps) {
   expect_error([&] { validate_gemm(p, DType::f32); }, "bias gradient overlaps input a or b");
 }
 
+TEST(GemmValidation, EmptyGradientEpiloguesStillOweTheirBias) {
+  GemmProblem p = linear(8, 16, 0);  // n = 0
+  p.ldc = 1;
+  p.epilogue = GemmEpilogue::bgrad_a;
+  expect_error([&] { validate_gemm(p, DType::f32); },
+               "bgrad_a with n = 0 still has a bias gradient of 8 sums");
+  p = linear(0, 16, 32);  // m = 0: dgelu_tanh_bgrad writes bias[n] = 0
+  p.epilogue = GemmEpilogue::dgelu_tanh_bgrad;
+  p.bias = nullptr;
+  expect_error([&] { validate_gemm(p, DType::f32); }, "dgelu_tanh_bgrad needs a bias pointer");
+}
+
 TEST(GemmExtents, FollowTheStoredShapes) {
   GemmProblem p = linear(5, 7, 3);
   p.lda = 9;
