@@ -5,11 +5,16 @@
 // rows are not 16-byte aligned)}, N in {4096, 8192} (quick: 1024), fp32 and bf16 (quick: bf16),
 // forward and backward; baseline "unfused" (eager PyTorch, kernels/cross_entropy.h: log_softmax
 // writing logp in T, NLL + smoothing sum, totals; backward the five launches of autograd from logp),
-// variant "fused". fairseq convention, ε = 0.1, ignore_index = 1 (fairseq's padding index) with
-// targets drawn from [2, V): no row is ignored, so both variants read every logit. Minimal bytes
-// (both variants: the minimal traffic of the operation, so the speedup shows the baseline's extra
-// traffic): forward N·V·sizeof(T) logits + 4N targets read, 12N (loss, nll, lse) + 16 (totals)
-// written; backward N·V·sizeof(T) read + N·V·sizeof(T) written + 12N (targets, lse, grad_loss).
+// variant "fused". fairseq convention, ε = 0.1, ignore_index = 1 (fairseq's padding index); targets
+// are drawn from [2, V) and about 5% of the rows (each row independently with probability 1/20,
+// deterministic from the seed) hold the padding index, as a padded batch does.
+// Minimal bytes (both variants: the minimal traffic of the operation, so the speedup shows the
+// baseline's extra traffic): only the bytes the operation needs. An ignored row's loss is 0
+// whatever its logits are, so its logits (and, in the backward, its lse and grad_loss) need not be
+// read; the fused kernels indeed read nothing of them. With C counted rows:
+//   forward  C·V·sizeof(T) logits + 4N targets read, 12N (loss, nll, lse) + 16 (totals) written;
+//   backward C·V·sizeof(T) logits + 4N targets + 8C (lse, grad_loss) read, N·V·sizeof(T) dlogits
+//            written (ignored rows are written as zeros).
 // Every shape has >= 16M elements.
 //
 // Checks: fused forward (loss, nll, lse), totals, fused backward (per-row and scalar upstream
@@ -63,6 +68,18 @@ std::vector<std::int32_t> random_targets(std::size_t n, std::uint64_t seed, std:
   return t;
 }
 
+// The experiments' targets: uniform in [2, V), about 5% of rows (probability 1/20 each) set to the
+// padding index. Deterministic from the seed.
+constexpr std::uint64_t kBenchPadOneIn = 20;
+std::vector<std::int32_t> bench_targets(std::int64_t rows, std::int64_t vocab) {
+  std::vector<std::int32_t> t = random_targets(static_cast<std::size_t>(rows), kBenchSeed + 1, kBenchPad + 1,
+                                               static_cast<std::int32_t>(vocab));
+  std::uint64_t state = kBenchSeed + 4;
+  for (auto& v : t)
+    if (splitmix64(state) % kBenchPadOneIn == 0) v = kBenchPad;
+  return t;
+}
+
 CrossEntropyConfig bench_config() {
   CrossEntropyConfig c;
   c.smoothing = kBenchSmoothing;
@@ -88,8 +105,7 @@ struct BenchState {
         workspace(backward
                       ? kernels::cross_entropy_unfused_backward_workspace_bytes(DTypeTraits<T>::dtype, n, v)
                       : 0),
-        targets(random_targets(static_cast<std::size_t>(n), kBenchSeed + 1, kBenchPad + 1,
-                               static_cast<std::int32_t>(v))),
+        targets(bench_targets(n, v)),
         loss(static_cast<std::size_t>(n)),
         nll(static_cast<std::size_t>(n)),
         lse(static_cast<std::size_t>(n)),
@@ -103,6 +119,8 @@ struct BenchState {
 template <class T>
 ExperimentSpec cross_entropy_experiment(std::int64_t rows, std::int64_t vocab, bool backward) {
   const std::string dtype = DTypeTraits<T>::name;
+  const std::vector<std::int32_t> targets = bench_targets(rows, vocab);
+  const auto ignored = static_cast<std::int64_t>(std::count(targets.begin(), targets.end(), kBenchPad));
   ExperimentSpec e;
   e.name = std::string(backward ? "cross_entropy_bwd/" : "cross_entropy_fwd/") + dtype +
            "/N=" + std::to_string(rows) + ",V=" + std::to_string(vocab);
@@ -114,13 +132,17 @@ ExperimentSpec cross_entropy_experiment(std::int64_t rows, std::int64_t vocab, b
               {"convention", "fairseq"},
               {"smoothing", std::round(kBenchSmoothing * 1e6) / 1e6},
               {"ignore_index", kBenchPad},
-              {"ignored_rows", 0},
+              {"ignored_rows", ignored},
               {"figure", "LightSeq2 criterion"}};
   e.baseline = "unfused";
-  const double s = sizeof(T), n = static_cast<double>(rows), nv = n * static_cast<double>(vocab);
-  const double bytes = backward ? 2.0 * nv * s + 12.0 * n : nv * s + 16.0 * n + 16.0;
-  // Per element: forward max, fma, exp2, two adds = 5; backward fma, exp2, subtract, multiply = 4.
-  const double flops = nv * (backward ? 4.0 : 5.0);
+  // Minimal bytes (see the top of this file): ignored rows' logits, lse and grad_loss are not needed.
+  const double s = sizeof(T), n = static_cast<double>(rows), v = static_cast<double>(vocab), nv = n * v;
+  const double counted = static_cast<double>(rows - ignored);
+  const double bytes =
+      backward ? counted * v * s + 4.0 * n + 8.0 * counted + nv * s : counted * v * s + 16.0 * n + 16.0;
+  // Per element of a counted row: forward max, fma, exp2, two adds = 5; backward fma, exp2,
+  // subtract, multiply = 4 (ignored rows: none).
+  const double flops = counted * v * (backward ? 4.0 : 5.0);
   e.variants = {{"unfused", bytes, flops}, {"fused", bytes, flops}};
   e.prepare = [rows, vocab, backward] {
     auto st = std::make_shared<BenchState<T>>(rows, vocab, backward);
