@@ -367,24 +367,82 @@ __global__ void __launch_bounds__(kUnfusedRowThreads)
   if (nll) nll[row] = n;
 }
 
+// The unfused backward: what eager autograd runs for fairseq's label_smoothed_nll_loss on logp
+// (kernels/cross_entropy.h lists the sequence). Every intermediate is a T tensor, as in eager.
+
+// The [N]-sized steps of both branches, folded into one kernel (eager runs MulBackward,
+// MaskedFillBackward and NegBackward per branch, six launches over N elements): the gradient of
+// nll = -logp_t is c_t = -(g·w_d) and the gradient of smooth = -Σ logp is c_o = -(g·w_o), each
+// rounded once to T; 0 on ignored rows (masked_fill); NaN for an invalid target (the documented
+// error signal; eager's gather would trap). One thread per row.
 template <class T>
 __global__ void __launch_bounds__(kUnfusedRowThreads)
-    unfused_backward_kernel(T* __restrict__ dlogits, const T* __restrict__ logp,
-                            const std::int32_t* __restrict__ targets, const float* __restrict__ grad,
-                            int vocab, bool has_ignore, std::int32_t ignore_index, float w_target,
-                            float w_other) {
-  const std::int64_t row = blockIdx.x;
-  const T* lr = logp + row * vocab;
-  T* dr = dlogits + row * vocab;
+    unfused_grad_coefficients_kernel(T* __restrict__ coef_target, T* __restrict__ coef_other,
+                                     const float* __restrict__ grad, const std::int32_t* __restrict__ targets,
+                                     std::int64_t rows, int vocab, bool has_ignore, std::int32_t ignore_index,
+                                     float w_diff, float w_other) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
   const std::int32_t t = targets[row];
-  const bool ignored = has_ignore && t == ignore_index, invalid = !ignored && (t < 0 || t >= vocab);
-  const float g = grad[row];
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float d = ignored   ? 0.0f
-                    : invalid ? NAN
-                              : g * (expf(to_float(lr[j])) - (j == t ? w_target : w_other));
-    dr[j] = from_float<T>(d);
+  float ct = 0.0f, co = 0.0f;
+  if (!(has_ignore && t == ignore_index)) {
+    if (t >= 0 && t < vocab) {
+      const float g = grad[row];
+      ct = -(g * w_diff);
+      co = -(g * w_other);
+    } else {
+      ct = co = NAN;
+    }
   }
+  coef_target[row] = from_float<T>(ct);
+  coef_other[row] = from_float<T>(co);
+}
+
+// scatter_add_ of gather's backward: d[r, t_r] += c_t[r] on the zero-filled d. One thread per row;
+// rows own distinct elements (no race). Targets outside [0, V) (an ignore_index such as -100, or
+// an invalid target) are skipped: nothing is written out of bounds.
+template <class T>
+__global__ void __launch_bounds__(kUnfusedRowThreads)
+    unfused_scatter_add_kernel(T* __restrict__ d, const T* __restrict__ coef_target,
+                               const std::int32_t* __restrict__ targets, std::int64_t rows, int vocab) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  const std::int32_t t = targets[row];
+  if (t < 0 || t >= vocab) return;
+  T* p = d + row * vocab + t;
+  *p = from_float<T>(to_float(*p) + to_float(coef_target[row]));
+}
+
+// Autograd's accumulation of lprobs' two gradients, out of place: out[r, j] = b[r] + a[r, j], with
+// b the smooth branch's [N, 1] gradient expanded over the row (SumBackward's expand is a view: b
+// is read once per row, not materialized) and a the gather branch's dense gradient. One block per
+// row, scalar coalesced accesses.
+template <class T>
+__global__ void __launch_bounds__(kUnfusedRowThreads)
+    unfused_add_row_scalar_kernel(T* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b,
+                                  int vocab) {
+  const std::int64_t row = blockIdx.x;
+  const float br = to_float(b[row]);
+  const T* ar = a + row * vocab;
+  T* orow = out + row * vocab;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) orow[j] = from_float<T>(br + to_float(ar[j]));
+}
+
+// log_softmax_backward_data: dx = dy - exp(logp)·Σ_j dy_j (one fma per element, expf as eager).
+// One block per row: the row sum of dy (block_reduce_sum), then a second pass over dy and logp.
+template <class T>
+__global__ void __launch_bounds__(kUnfusedRowThreads)
+    unfused_log_softmax_backward_kernel(T* __restrict__ dx, const T* __restrict__ dy,
+                                        const T* __restrict__ logp, int vocab) {
+  const std::int64_t row = blockIdx.x;
+  const T* dyr = dy + row * vocab;
+  const T* lr = logp + row * vocab;
+  T* dr = dx + row * vocab;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += to_float(dyr[j]);
+  s = block_reduce_sum(s);
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x)
+    dr[j] = from_float<T>(fmaf(-expf(to_float(lr[j])), s, to_float(dyr[j])));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -454,6 +512,21 @@ std::size_t matrix_bytes(std::int64_t rows, std::int64_t vocab, std::size_t elem
 
 std::size_t row_bytes(std::int64_t rows, std::size_t element) {
   return static_cast<std::size_t>(rows) * element;
+}
+
+// The unfused backward's workspace: dlogp [N, V], then c_t [N] and c_o [N], all T, each segment
+// starting on a kUnfusedAlign boundary.
+struct UnfusedBackwardLayout {
+  std::size_t dlogp = 0, coef_target = 0, coef_other = 0, total = 0;
+};
+
+UnfusedBackwardLayout unfused_backward_layout(std::size_t element, std::int64_t rows, std::int64_t vocab) {
+  const auto align = [](std::size_t b) { return (b + kUnfusedAlign - 1) / kUnfusedAlign * kUnfusedAlign; };
+  UnfusedBackwardLayout l;
+  l.coef_target = align(matrix_bytes(rows, vocab, element));
+  l.coef_other = l.coef_target + align(row_bytes(rows, element));
+  l.total = l.coef_other + align(row_bytes(rows, element));
+  return l;
 }
 
 unsigned grid_for(const CrossEntropyPlan& plan, std::int64_t rows) {
@@ -713,41 +786,81 @@ void launch_cross_entropy_forward_unfused(float* loss, float* nll, CrossEntropyT
   if (totals) launch_totals(totals, loss, nll, targets, rows, vocab, config, stream);
 }
 
+std::size_t cross_entropy_unfused_backward_workspace_bytes(DType dtype, std::int64_t rows,
+                                                           std::int64_t vocab) {
+  constexpr const char* op = "cross_entropy_unfused_backward_workspace_bytes";
+  require_rows(op, rows);
+  require_vocab(op, vocab);
+  return unfused_backward_layout(dtype_size(dtype), rows, vocab).total;
+}
+
 template <class T>
 void launch_cross_entropy_backward_unfused(T* dlogits, const T* logp, const std::int32_t* targets,
                                            const float* grad_loss, std::int64_t rows, std::int64_t vocab,
-                                           const CrossEntropyConfig& config, cudaStream_t stream) {
+                                           const CrossEntropyConfig& config, void* workspace,
+                                           std::size_t workspace_bytes, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("cross_entropy_bwd_unfused");
   constexpr const char* op = "cross_entropy_backward_unfused";
   if (rows > 0) require_tensor(op, "grad_loss", grad_loss);
   const CrossEntropyWeights w =
       validate_backward(op, dlogits, logp, "logp", targets, nullptr, grad_loss, rows, vocab, config);
   if (rows == 0) return;
-  unfused_backward_kernel<T><<<static_cast<unsigned>(rows), kUnfusedRowThreads, 0, stream>>>(
-      dlogits, logp, targets, grad_loss, static_cast<int>(vocab), config.ignore_index.has_value(),
-      config.ignore_index.value_or(0), static_cast<float>(w.target), static_cast<float>(w.other));
+  const UnfusedBackwardLayout l = unfused_backward_layout(sizeof(T), rows, vocab);
+  SEQBENCH_REQUIRE(workspace != nullptr, op << ": workspace is null, " << l.total << " bytes are needed");
+  SEQBENCH_REQUIRE(workspace_bytes >= l.total,
+                   op << ": workspace has " << workspace_bytes << " bytes, " << l.total << " are needed");
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % kUnfusedAlign == 0,
+                   op << ": workspace is not aligned to " << kUnfusedAlign << " bytes");
+  const std::size_t mb = matrix_bytes(rows, vocab, sizeof(T));
+  require_no_overlap(op, {{"dlogits", dlogits, mb}, {"workspace", workspace, l.total}},
+                     {{"logp", logp, mb},
+                      {"targets", targets, row_bytes(rows, sizeof(std::int32_t))},
+                      {"grad_loss", grad_loss, row_bytes(rows, sizeof(float))}});
+  auto* base = static_cast<unsigned char*>(workspace);
+  T* dlogp = reinterpret_cast<T*>(base + l.dlogp);
+  T* coef_target = reinterpret_cast<T*>(base + l.coef_target);
+  T* coef_other = reinterpret_cast<T*>(base + l.coef_other);
+  const int v = static_cast<int>(vocab);
+  const auto per_row_grid = static_cast<unsigned>((rows + kUnfusedRowThreads - 1) / kUnfusedRowThreads);
+  const auto row_grid = static_cast<unsigned>(rows);
+  unfused_grad_coefficients_kernel<T><<<per_row_grid, kUnfusedRowThreads, 0, stream>>>(
+      coef_target, coef_other, grad_loss, targets, rows, v, config.ignore_index.has_value(),
+      config.ignore_index.value_or(0), static_cast<float>(w.target - w.other), static_cast<float>(w.other));
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  // gather's backward, zeros_like + scatter_add_, built in dlogits: it is dead until the last
+  // kernel overwrites it (eager's caching allocator hands this block to log_softmax_backward's
+  // output the same way). All-zero bytes are +0 in every T.
+  SEQBENCH_CUDA_CHECK(cudaMemsetAsync(dlogits, 0, mb, stream));
+  unfused_scatter_add_kernel<T>
+      <<<per_row_grid, kUnfusedRowThreads, 0, stream>>>(dlogits, coef_target, targets, rows, v);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  unfused_add_row_scalar_kernel<T>
+      <<<row_grid, kUnfusedRowThreads, 0, stream>>>(dlogp, dlogits, coef_other, v);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  unfused_log_softmax_backward_kernel<T>
+      <<<row_grid, kUnfusedRowThreads, 0, stream>>>(dlogits, dlogp, logp, v);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Explicit instantiations: the one place the three element types are named.
 
-#define SEQBENCH_CROSS_ENTROPY_INSTANTIATE(T)                                                             \
-  template void launch_cross_entropy_forward<T>(float*, float*, float*, CrossEntropyTotals*, const T*,    \
-                                                const std::int32_t*, std::int64_t, std::int64_t,          \
-                                                const CrossEntropyConfig&, cudaStream_t);                 \
-  template void launch_cross_entropy_backward<T>(T*, const T*, const std::int32_t*, const float*,         \
-                                                 const float*, std::int64_t, std::int64_t,                \
-                                                 const CrossEntropyConfig&, cudaStream_t);                \
-  template void launch_cross_entropy_backward_scalar<T>(T*, const T*, const std::int32_t*, const float*,  \
-                                                        float, std::int64_t, std::int64_t,                \
-                                                        const CrossEntropyConfig&, cudaStream_t);         \
-  template void launch_cross_entropy_forward_unfused<T>(                                                  \
-      float*, float*, CrossEntropyTotals*, T*, std::size_t, const T*, const std::int32_t*, std::int64_t,  \
-      std::int64_t, const CrossEntropyConfig&, cudaStream_t);                                             \
-  template void launch_cross_entropy_backward_unfused<T>(T*, const T*, const std::int32_t*, const float*, \
-                                                         std::int64_t, std::int64_t,                      \
-                                                         const CrossEntropyConfig&, cudaStream_t);
+#define SEQBENCH_CROSS_ENTROPY_INSTANTIATE(T)                                                            \
+  template void launch_cross_entropy_forward<T>(float*, float*, float*, CrossEntropyTotals*, const T*,   \
+                                                const std::int32_t*, std::int64_t, std::int64_t,         \
+                                                const CrossEntropyConfig&, cudaStream_t);                \
+  template void launch_cross_entropy_backward<T>(T*, const T*, const std::int32_t*, const float*,        \
+                                                 const float*, std::int64_t, std::int64_t,               \
+                                                 const CrossEntropyConfig&, cudaStream_t);               \
+  template void launch_cross_entropy_backward_scalar<T>(T*, const T*, const std::int32_t*, const float*, \
+                                                        float, std::int64_t, std::int64_t,               \
+                                                        const CrossEntropyConfig&, cudaStream_t);        \
+  template void launch_cross_entropy_forward_unfused<T>(                                                 \
+      float*, float*, CrossEntropyTotals*, T*, std::size_t, const T*, const std::int32_t*, std::int64_t, \
+      std::int64_t, const CrossEntropyConfig&, cudaStream_t);                                            \
+  template void launch_cross_entropy_backward_unfused<T>(                                                \
+      T*, const T*, const std::int32_t*, const float*, std::int64_t, std::int64_t,                       \
+      const CrossEntropyConfig&, void*, std::size_t, cudaStream_t);
 
 SEQBENCH_CROSS_ENTROPY_INSTANTIATE(float)
 SEQBENCH_CROSS_ENTROPY_INSTANTIATE(__half)

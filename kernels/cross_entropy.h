@@ -143,13 +143,33 @@ void launch_cross_entropy_backward_scalar(T* dlogits, const T* logits, const std
                                           cudaStream_t stream);
 
 // --- the unfused baseline ------------------------------------------------------------------------
-// Eager PyTorch's decomposition, one op per kernel, the intermediate in T:
+// Eager PyTorch running fairseq's label_smoothed_nll_loss on lprobs = log_softmax(logits) and its
+// autograd backward, one op per kernel, every intermediate a T tensor:
 //   forward: log_softmax (one block per row: max, sum-exp, then logp = x - lse written as T [N, V])
 //   -> NLL + smoothing sum (one block per row reads logp: nll = -logp_t, smooth = -Σ logp, loss)
 //   -> the totals kernel above (when totals is requested; .sum() in eager).
-//   backward: one elementwise kernel dlogits = g·(exp(logp) - p) from the saved logp.
+//   backward, from the saved logp (loss = w_d·nll + w_o·smooth, w_d = w_t - w_o: fairseq's
+//   1 - ε - eps_i and eps_i), 5 launches:
+//     1. the [N]-sized autograd steps of both branches (Mul, MaskedFill, Neg backward; six tiny
+//        launches in eager, folded into one here, which favours the baseline by ~5 launches):
+//        c_t = -(g·w_d), c_o = -(g·w_o) in T [N]; 0 on ignored rows, NaN for invalid targets;
+//     2. gather's backward, zeros_like(logp): a memset of dlogits (used as this scratch: dead
+//        until step 5 overwrites it, as eager's caching allocator reuses the block);
+//     3. its scatter_add_: d[r, t_r] += c_t[r] (one thread per row; targets outside [0, V) skipped);
+//     4. autograd's accumulation of the two gradients of logp, out of place (the smooth branch's
+//        expanded view arrives first, so it cannot be accumulated into in place):
+//        dlogp[r, j] = c_o[r] + d[r, j]; the expand of SumBackward is a view, never materialized
+//        (the neg of `-lprobs.sum(-1)` acts on the [N, 1] sum);
+//     5. log_softmax_backward_data: dlogits = dlogp - exp(logp)·Σ_j dlogp_j (one block per row: the
+//        row sum, then a second pass over dlogp and logp).
+//   Result g·(q - p) as the fused backward's, with the eager rounding of every intermediate to T.
+//   Ignored rows: c = 0, so dlogp rows are +0 and dlogits rows exactly 0 (for finite logp).
+//   Traffic of the backward (N·V·s = one [N, V] tensor of T): write (memset) + read + write (add)
+//   + 3 reads + write (log_softmax backward) = 7 N·V·s, vs 2 N·V·s for the fused backward.
 // logp is the saved activation: cross_entropy_unfused_logp_bytes(dtype, N, V) bytes, 256-byte aligned,
-// written by the forward, read by the backward. Out-of-range targets are the same NaN signal.
+// written by the forward, read by the backward. The backward's workspace (dlogp, c_t, c_o):
+// cross_entropy_unfused_backward_workspace_bytes(dtype, N, V) bytes, 256-byte aligned, contents on
+// entry irrelevant, overlapping no argument. Out-of-range targets are the same NaN signal.
 std::size_t cross_entropy_unfused_logp_bytes(DType dtype, std::int64_t rows, std::int64_t vocab);
 
 template <class T>
@@ -158,9 +178,13 @@ void launch_cross_entropy_forward_unfused(float* loss, float* nll, CrossEntropyT
                                           const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
                                           const CrossEntropyConfig& config, cudaStream_t stream);
 
+std::size_t cross_entropy_unfused_backward_workspace_bytes(DType dtype, std::int64_t rows,
+                                                           std::int64_t vocab);
+
 template <class T>
 void launch_cross_entropy_backward_unfused(T* dlogits, const T* logp, const std::int32_t* targets,
                                            const float* grad_loss, std::int64_t rows, std::int64_t vocab,
-                                           const CrossEntropyConfig& config, cudaStream_t stream);
+                                           const CrossEntropyConfig& config, void* workspace,
+                                           std::size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace seqbench::kernels

@@ -228,14 +228,52 @@ TEST(CrossEntropyValidation, UnfusedLaunchersCheckTheLogpWorkspace) {
   expect_error([&] { fwd(logp, need - 1, x); }, "logp workspace has 79 bytes, 80 are needed");
   expect_error([&] { fwd(fake<bf16>(3, 16), need, x); }, "logp workspace is not aligned to 256 bytes");
   expect_error([&] { fwd(logp, need, logp + 4); }, "output logp overlaps input logits");
-  const float* g = fake<float>(6);
-  expect_error([&] { launch_cross_entropy_backward_unfused<bf16>(logp + 8, logp, t, g, 4, 10, c, nullptr); },
+}
+
+TEST(CrossEntropyValidation, UnfusedBackwardChecksItsWorkspace) {
+  // dlogp [N, V] then c_t [N] and c_o [N], each segment rounded up to 256 bytes.
+  EXPECT_EQ(cross_entropy_unfused_backward_workspace_bytes(DType::bf16, 4, 10), 256u + 256u + 256u);
+  EXPECT_EQ(cross_entropy_unfused_backward_workspace_bytes(DType::f32, 3, 50257),
+            603136u + 256u + 256u);  // 3·50257·4 = 603084 -> 603136
+  EXPECT_EQ(cross_entropy_unfused_backward_workspace_bytes(DType::f16, 200, 1), 512u + 512u + 512u);
+  EXPECT_EQ(cross_entropy_unfused_backward_workspace_bytes(DType::f32, 0, 7), 0u);
+  expect_error([] { cross_entropy_unfused_backward_workspace_bytes(DType::f32, -1, 7); }, "rows (N) -1");
+  expect_error([] { cross_entropy_unfused_backward_workspace_bytes(DType::f32, 2, 0); },
+               "vocabulary size (V) 0");
+
+  bf16* d = fake<bf16>(1);
+  const bf16* logp = fake<bf16>(2);
+  const std::int32_t* t = fake<std::int32_t>(3);
+  const float* g = fake<float>(4);
+  void* ws = fake<unsigned char>(5);
+  const std::size_t need = cross_entropy_unfused_backward_workspace_bytes(DType::bf16, 4, 10);
+  CrossEntropyConfig c;
+  c.smoothing = 0.1f;
+  const auto bwd = [&](bf16* dd, const bf16* lp, const float* gg, void* w, std::size_t bytes,
+                       std::int64_t rows, std::int64_t vocab) {
+    launch_cross_entropy_backward_unfused<bf16>(dd, lp, t, gg, rows, vocab, c, w, bytes, nullptr);
+  };
+  expect_error([&] { bwd(d, logp, g, ws, need, -1, 10); }, "cross_entropy_backward_unfused: rows (N) -1");
+  expect_error([&] { bwd(d, logp, g, ws, need, 4, 1); }, "needs vocabulary >= 2, got 1");
+  expect_error([&] { bwd(d, logp, nullptr, ws, need, 4, 10); }, "grad_loss is null");
+  expect_error([&] { bwd(nullptr, logp, g, ws, need, 4, 10); }, "dlogits is null");
+  expect_error([&] { bwd(d, nullptr, g, ws, need, 4, 10); }, "logp is null");
+  expect_error([&] { bwd(d, d + 8, g, ws, need, 4, 10); },
                "cross_entropy_backward_unfused: output dlogits overlaps input logp");
+  expect_error([&] { bwd(d, logp, g, nullptr, need, 4, 10); }, "workspace is null, 768 bytes are needed");
+  expect_error([&] { bwd(d, logp, g, ws, need - 1, 4, 10); }, "workspace has 767 bytes, 768 are needed");
+  expect_error([&] { bwd(d, logp, g, fake<unsigned char>(5, 16), need, 4, 10); },
+               "workspace is not aligned to 256 bytes");
+  // The workspace is written: it may overlap neither an input nor dlogits.
+  expect_error([&] { bwd(d, logp, g, fake<unsigned char>(2), need, 4, 10); },
+               "output workspace overlaps input logp");
+  expect_error([&] { bwd(d, logp, g, fake<unsigned char>(1), need, 4, 10); },
+               "outputs dlogits and workspace overlap");
   expect_error(
-      [&] {
-        launch_cross_entropy_backward_unfused<bf16>(fake<bf16>(7), logp, t, nullptr, 4, 10, c, nullptr);
-      },
-      "grad_loss is null");
+      [&] { bwd(d, logp, reinterpret_cast<const float*>(fake<unsigned char>(5, 512)), ws, need, 4, 10); },
+      "output workspace overlaps input grad_loss");
+  // N = 0 needs no pointer and no workspace.
+  EXPECT_NO_THROW(bwd(nullptr, nullptr, nullptr, nullptr, 0, 0, 10));
 }
 
 }  // namespace
