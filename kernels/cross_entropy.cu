@@ -18,41 +18,12 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kWarp = 32;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread in the streaming loops
 constexpr int kUnfusedRowThreads = 256;
 constexpr std::size_t kUnfusedAlign = 256;
 
 // ---------------------------------------------------------------------------------------------
-// Device helpers
-
-template <bool kWarpTeam>
-struct Team {
-  __device__ static int size() { return kWarpTeam ? kWarp : static_cast<int>(blockDim.x); }
-  __device__ static int lane() {
-    return kWarpTeam ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
-  }
-  __device__ static int index() { return kWarpTeam ? static_cast<int>(threadIdx.x) / kWarp : 0; }
-  __device__ static int per_block() { return kWarpTeam ? static_cast<int>(blockDim.x) / kWarp : 1; }
-};
-
-// Warp teams reduce with shuffles only (no barrier: a warp may leave early); block teams add one
-// shared-memory exchange (every thread of the block must call).
-template <bool kWarpTeam>
-__device__ __forceinline__ float team_max(float v) {
-  if constexpr (kWarpTeam)
-    return warp_reduce_max(v);
-  else
-    return block_reduce_max(v);
-}
-
-template <bool kWarpTeam>
-__device__ __forceinline__ float team_sum(float v) {
-  if constexpr (kWarpTeam)
-    return warp_reduce_sum(v);
-  else
-    return block_reduce_sum(v);
-}
+// Device helpers (the teams and their reductions are kernels/reduce.cuh's)
 
 // The elements of a row before its first 16-byte aligned element (0 for scalar access), at most
 // vocab. Pointers are aligned to their element (checked on the host).

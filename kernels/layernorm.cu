@@ -18,7 +18,6 @@
 namespace seqbench::kernels {
 namespace {
 
-constexpr int kWarp = 32;
 // Blocks of at most this many threads are preferred on the block path: more rows in flight per SM
 // and cheaper barriers; 1024 threads are used only when the row needs them.
 constexpr int kPreferredBlockThreads = 512;
@@ -97,18 +96,7 @@ SEQBENCH_HD inline LayerNormRowStats two_moment_finish(float s1, float s2, float
 }
 
 // ---------------------------------------------------------------------------------------------
-// Teams: the threads that share one row. A warp team is one warp (a block holds several); a block
-// team is the whole block.
-
-template <bool kWarpTeam>
-struct Team {
-  __device__ static int size() { return kWarpTeam ? kWarp : static_cast<int>(blockDim.x); }
-  __device__ static int lane() {
-    return kWarpTeam ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
-  }
-  __device__ static int index() { return kWarpTeam ? static_cast<int>(threadIdx.x) / kWarp : 0; }
-  __device__ static int per_block() { return kWarpTeam ? static_cast<int>(blockDim.x) / kWarp : 1; }
-};
+// Team reductions of two sums and of Welford statistics (the teams are kernels/reduce.cuh's).
 
 struct Sum2 {
   float a;

@@ -1,5 +1,5 @@
-// Warp and block reductions in float, shared by the row-wise kernels (LayerNorm, softmax,
-// cross-entropy). Device-only: include from .cu files.
+// Warp and block reductions in float, and the "team" abstraction, shared by the row-wise kernels
+// (LayerNorm, softmax, cross-entropy). Device-only: include from .cu files.
 //
 // block_reduce_* require every thread of the block to call them (they use __syncthreads) and a
 // block size that is a multiple of 32, at most 1024. The result is returned to every thread.
@@ -43,6 +43,38 @@ __device__ __forceinline__ float block_reduce_sum(float value) {
 
 __device__ __forceinline__ float block_reduce_max(float value) {
   return reduce_detail::block_reduce(value, -INFINITY, [](float v) { return warp_reduce_max(v); });
+}
+
+// Teams: the threads that share one row. A warp team is one warp (a block holds several rows); a
+// block team is the whole block (one row). Warp teams reduce with shuffles only (no barrier: a
+// warp may leave early); block teams add one shared-memory exchange (every thread of the block
+// must call).
+inline constexpr int kWarp = 32;
+
+template <bool kWarpTeam>
+struct Team {
+  __device__ static int size() { return kWarpTeam ? kWarp : static_cast<int>(blockDim.x); }
+  __device__ static int lane() {
+    return kWarpTeam ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
+  }
+  __device__ static int index() { return kWarpTeam ? static_cast<int>(threadIdx.x) / kWarp : 0; }
+  __device__ static int per_block() { return kWarpTeam ? static_cast<int>(blockDim.x) / kWarp : 1; }
+};
+
+template <bool kWarpTeam>
+__device__ __forceinline__ float team_max(float v) {
+  if constexpr (kWarpTeam)
+    return warp_reduce_max(v);
+  else
+    return block_reduce_max(v);
+}
+
+template <bool kWarpTeam>
+__device__ __forceinline__ float team_sum(float v) {
+  if constexpr (kWarpTeam)
+    return warp_reduce_sum(v);
+  else
+    return block_reduce_sum(v);
 }
 
 }  // namespace seqbench::kernels

@@ -17,7 +17,6 @@
 namespace seqbench::kernels {
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kMaxWarpPathThreads = 256;  // warp path: up to 8 rows per block
 constexpr int kMaxBlockThreads = 1024;
 constexpr int kPreferredBlockThreads = 512;
@@ -64,32 +63,6 @@ struct BackwardArgs {
   int k_len;
   float scale;
 };
-
-template <bool kWarpTeam>
-struct Team {
-  __device__ static int size() { return kWarpTeam ? kWarp : static_cast<int>(blockDim.x); }
-  __device__ static int lane() {
-    return kWarpTeam ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
-  }
-  __device__ static int index() { return kWarpTeam ? static_cast<int>(threadIdx.x) / kWarp : 0; }
-  __device__ static int per_block() { return kWarpTeam ? static_cast<int>(blockDim.x) / kWarp : 1; }
-};
-
-template <bool kWarpTeam>
-__device__ __forceinline__ float team_max(float v) {
-  if constexpr (kWarpTeam)
-    return warp_reduce_max(v);
-  else
-    return block_reduce_max(v);
-}
-
-template <bool kWarpTeam>
-__device__ __forceinline__ float team_sum(float v) {
-  if constexpr (kWarpTeam)
-    return warp_reduce_sum(v);
-  else
-    return block_reduce_sum(v);
-}
 
 // Stores zeros over [0, k_len) of a row, in the thread's vectors of the register layout.
 template <class T, int kVec, int kItems>
