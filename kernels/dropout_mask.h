@@ -190,6 +190,30 @@ inline std::size_t bias_grad_workspace_bytes(std::int64_t rows, std::int64_t col
 
 namespace seqbench::kernels::dropout_detail {
 
+// The end of a row-tiled reduction: combines each thread's column sums `acc` (its rows, in
+// increasing order) over the 8 row lanes in order, and writes one float per column of the block's
+// 32·K columns to partials[blockIdx.y, col] (columns past `cols` skipped). Every thread of the
+// block must call it (one barrier). This fixed order is the one bias_grad_reduce_kernel's
+// partials assume; every deterministic bias gradient (the dropout families, launch_column_sum,
+// the QKV split backward) goes through it, so their sums agree bitwise for the same values.
+template <int K>
+__device__ __forceinline__ void write_column_partials(const float (&acc)[K], float* partials,
+                                                      std::int64_t cols) {
+  __shared__ float lane_sums[kTileRows][kTileCols * K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) lane_sums[threadIdx.y][threadIdx.x * K + k] = acc[k];
+  __syncthreads();
+  const int t = static_cast<int>(threadIdx.y) * kTileCols + static_cast<int>(threadIdx.x);
+  for (int c = t; c < kTileCols * K; c += kTileThreads) {
+    const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols * K + c;
+    if (col >= cols) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int y = 0; y < kTileRows; ++y) sum += lane_sums[y][c];
+    partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = sum;
+  }
+}
+
 // What one row-tiled launch works on. The element function decides what the inputs mean.
 template <class T>
 struct RowTileArgs {
@@ -304,22 +328,7 @@ __global__ void __launch_bounds__(kTileThreads) row_tile_kernel(const RowTileArg
     }
   }
 
-  if constexpr (kReduce) {
-    // Combine the 8 row lanes of each column in order, then one float per column per block.
-    __shared__ float lane_sums[kTileRows][kTileCols * K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) lane_sums[threadIdx.y][threadIdx.x * K + k] = acc[k];
-    __syncthreads();
-    const int t = static_cast<int>(threadIdx.y) * kTileCols + static_cast<int>(threadIdx.x);
-    for (int c = t; c < kTileCols * K; c += kTileThreads) {
-      const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols * K + c;
-      if (col >= cols) continue;
-      float sum = 0.0f;
-#pragma unroll
-      for (int y = 0; y < kTileRows; ++y) sum += lane_sums[y][c];
-      args.partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = sum;
-    }
-  }
+  if constexpr (kReduce) write_column_partials<K>(acc, args.partials, cols);
 }
 
 template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, class Fn>

@@ -168,22 +168,7 @@ __global__ void __launch_bounds__(kTileThreads) heads_tile_kernel(const HeadsArg
     }
   }
 
-  if constexpr (kReduce) {
-    // As row_tile_kernel: the 8 row lanes of each column in order, one float per column per block.
-    __shared__ float lane_sums[kTileRows][kTileCols * K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) lane_sums[threadIdx.y][threadIdx.x * K + k] = acc[k];
-    __syncthreads();
-    const int t = static_cast<int>(threadIdx.y) * kTileCols + static_cast<int>(threadIdx.x);
-    for (int c = t; c < kTileCols * K; c += kTileThreads) {
-      const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols * K + c;
-      if (col >= cols) continue;
-      float sum = 0.0f;
-#pragma unroll
-      for (int y = 0; y < kTileRows; ++y) sum += lane_sums[y][c];
-      a.partials[static_cast<std::int64_t>(blockIdx.y) * cols + col] = sum;
-    }
-  }
+  if constexpr (kReduce) write_column_partials<K>(acc, a.partials, cols);  // row_tile_kernel's order
 }
 
 template <class T, bool kToHeads, bool kBias, bool kReduce>
