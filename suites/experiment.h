@@ -38,6 +38,10 @@ struct ExperimentSpec {
   nlohmann::json params = nlohmann::json::object();  // the shape: {"bytes": 1073741824}
   std::string baseline;                              // the variant every speedup is measured against
   std::vector<VariantSpec> variants;
+  // What an outside runner (suites/pytorch/) needs to rebuild the same inputs beyond `params`, e.g.
+  // the trainer's per-tensor element counts. Only `seqbench list --json` prints it (as "inputs"):
+  // it can be long, so reports and tables leave it out. Empty object: params say everything.
+  nlohmann::json inputs = nlohmann::json::object();
   std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
 };
 

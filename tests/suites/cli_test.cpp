@@ -162,6 +162,7 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
   for (const auto& s : doc["suites"])
     for (const auto& e : s["experiments"]) {
       EXPECT_TRUE(e["params"].is_object());
+      EXPECT_TRUE(e["inputs"].is_object()) << e.dump();
       bool baseline_listed = false;
       for (const auto& v : e["variants"]) baseline_listed = baseline_listed || v["name"] == e["baseline"];
       EXPECT_TRUE(baseline_listed) << e.dump();
