@@ -129,6 +129,26 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
                                               st->fused_ws.size(), stream);
       });
     }
+    // For `seqbench dump`: the inputs and what the fused variant wrote (suites/pytorch's parity).
+    p.dump = [st, backward, tokens, hidden] {
+      const std::vector<std::int64_t> matrix = {tokens, hidden}, vector = {hidden}, rows = {tokens};
+      std::vector<DumpArray> a;
+      a.push_back(dump_array("x", "input", st->x, matrix));
+      a.push_back(dump_array("gamma", "input", st->gamma, vector));
+      a.push_back(dump_array("beta", "input", st->beta, vector));
+      const char* stats_role = backward ? "input" : "output";
+      if (backward) a.push_back(dump_array("dy", "input", st->dy, matrix));
+      a.push_back(dump_array("mean", stats_role, st->mean, rows));
+      a.push_back(dump_array("rstd", stats_role, st->rstd, rows));
+      if (!backward) {
+        a.push_back(dump_array("y", "output", st->y, matrix));
+      } else {
+        a.push_back(dump_array("dx", "output", st->dx, matrix));
+        a.push_back(dump_array("dgamma", "output", st->dgamma, vector));
+        a.push_back(dump_array("dbeta", "output", st->dbeta, vector));
+      }
+      return a;
+    };
     p.state = st;
     return p;
   };
