@@ -39,6 +39,9 @@ def parser():
     p.add_argument("--out", default="", help="output folder (default: seqbench-out/<device>)")
     p.add_argument("--quick", action="store_true", help="the --quick shapes and fewer samples")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of every random draw")
+    p.add_argument("--parity", default="", metavar="DUMP_DIR",
+                   help="also hold seqbench's outputs dumped there (`seqbench dump --out DUMP_DIR`) against PyTorch's "
+                   "on the same inputs; the differences land in the reports' checks")
     p.add_argument("--dry-run", action="store_true", help="print what maps to what and exit; needs no torch")
     return p
 
@@ -102,6 +105,8 @@ def run(args, out):
             for u in unmapped:
                 print(f"{s.name}/{u['experiment']}: {u['reason']}", file=out)
         return 0
+    if args.parity and not os.path.isdir(args.parity):
+        raise RunnerError(f"--parity folder '{args.parity}' not found (write it with `seqbench dump --out`)")
     info = listing.info(args.seqbench)
 
     from . import environment  # torch from here on

@@ -99,6 +99,9 @@ def measure_suites(torch, frameworks, info, suites, plans, args, out):
     meta = meta_module.collect_meta(info, args.seed, frameworks, copy_gbps)
 
     failed = 0
+    from .cli import compile_filter
+
+    regex = compile_filter(args.filter)
     for s in suites:
         planned, unmapped = plans[s.name]
         log(f"suite '{s.name}': {len(planned)} experiment(s) mapped, {len(unmapped)} without a torch equivalent")
@@ -106,17 +109,26 @@ def measure_suites(torch, frameworks, info, suites, plans, args, out):
             log(f"  {s.name}/{u['experiment']}: {u['reason']}")
         report = new_report(s.name, meta)
         report["unmapped"] = list(unmapped)
+        if args.parity:
+            from .parity import parity_checks
+
+            report["checks"] = parity_checks(torch, args.parity, s.name, regex)
+            bad = [c for c in report["checks"] if not c["passed"]]
+            failed += len(bad)
+            log(f"  parity: {len(report['checks']) - len(bad)} passed, {len(bad)} failed")
+            for c in bad:
+                log(f"  FAIL {c['name']}: {c['max_abs_err']} > {c['tolerance']}")
         for e, plan, variants in planned:
             entry, failures = measure_experiment(torch, timer, e, plan, variants, copy_gbps, log)
             if entry:
                 report["experiments"].append(entry)
             report["unmapped"].extend(failures)
             failed += len(failures)
-        if not report["experiments"] and not report["unmapped"]:
+        if not report["experiments"] and not report["unmapped"] and not report["checks"]:
             log(f"  nothing in suite '{s.name}' matches the filter; no report")
             continue
         path = os.path.join(out_dir, f"pytorch-{s.name}.json")
         write_json_atomic(path, report)
         log(f"  wrote {path}")
-    log(f"seqbench-pytorch: {failed} variant(s) failed" if failed else "seqbench-pytorch: done")
+    log(f"seqbench-pytorch: {failed} variant(s) or parity check(s) failed" if failed else "seqbench-pytorch: done")
     return 1 if failed else 0

@@ -21,6 +21,8 @@ class TorchTimer:
     def sample_ms(self, work):
         """Milliseconds per call of `work()` (which enqueues on the current stream), one per sample."""
         torch, policy = self.torch, self.policy
+        # Inputs were made on the default stream: they must be complete before this stream reads them.
+        torch.cuda.synchronize()
         with torch.cuda.stream(self.stream):
             for _ in range(policy.warmup_runs):
                 work()
@@ -67,5 +69,4 @@ def measure_copy_gbps(torch, timer, nbytes):
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
     dst = torch.empty_like(src)
     median = summarize_samples(timer.sample_ms(lambda: dst.copy_(src))).median
-    del src, dst
     return 2.0 * nbytes / (median * 1e-3) / 1e9

@@ -63,6 +63,10 @@ class Command(support.ScratchTest):
         self.assert_one_line_error(self.run_py("--seqbench", binary, "--suite", "memory"), 1,
                                    "suite 'memory' has no PyTorch equivalent")
 
+    def test_a_missing_parity_folder_is_named_before_torch_is_needed(self):
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--parity", self.path("nope"), fake_torch=NO_TORCH)
+        self.assert_one_line_error(done, 1, "--parity folder")
+
     def test_dry_run_needs_no_torch_and_honours_the_filter(self):
         done = self.run_py("--seqbench", support.seqbench_binary(), "--quick", "--dry-run", "--filter",
                            "layernorm_fwd/bf16/.*/torch_compile$", fake_torch=NO_TORCH)

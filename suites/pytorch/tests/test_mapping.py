@@ -39,7 +39,8 @@ class RealList(unittest.TestCase):
                     self.fail(f"{suite}/{e.name}: {why}")
                 self.assertEqual(plan.variants[0], EAGER, e.name)
                 self.assertIn(COMPILE, plan.variants)
-                self.assertEqual(plan.cuda_graph, suite == "operators", e.name)
+                if suite == "trainer" or not e.family.startswith(placeholders):
+                    self.assertEqual(plan.cuda_graph, suite == "operators", e.name)
 
     def test_minimal_bytes_are_the_experiments(self):
         for e in self.suites["operators"].experiments:
