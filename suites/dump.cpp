@@ -39,13 +39,15 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
   DumpResult result;
   for (const SuiteSpec* suite : selected) {
     for (const ExperimentSpec& e : suite->experiments) {
-      if (!std::regex_search(suite->name + "/" + e.name, re) || !e.prepare) continue;
-      PreparedExperiment p = e.prepare();
-      if (!p.dump) {
+      if (!std::regex_search(suite->name + "/" + e.name, re)) continue;
+      if (e.dump_variant.empty() || !e.prepare) {
         ++result.no_dump;
         continue;
       }
-      const std::string variant = e.dump_variant.empty() ? "fused" : e.dump_variant;
+      PreparedExperiment p = e.prepare();
+      SEQBENCH_REQUIRE(p.dump, "dump: experiment " << e.name << " names dump_variant '" << e.dump_variant
+                                                   << "' but its prepare() set no dump function");
+      const std::string& variant = e.dump_variant;
       std::size_t index = e.variants.size();
       for (std::size_t v = 0; v < e.variants.size(); ++v)
         if (e.variants[v].name == variant) index = v;

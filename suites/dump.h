@@ -1,9 +1,10 @@
 // `seqbench dump`: an experiment's inputs and outputs as .npy files, for an outside oracle
 // (suites/pytorch/'s parity check) to recompute the outputs from the same inputs.
 //
-// A family opts in by setting PreparedExperiment::dump: after the runner has called the variant
-// named ExperimentSpec::dump_variant ("fused" unless set) once on the prepared inputs, dump()
-// returns host copies of the inputs and of what that call wrote. Files land in
+// A family opts in by naming ExperimentSpec::dump_variant and setting PreparedExperiment::dump:
+// after `seqbench dump` has called that variant once on the prepared inputs, dump() returns host
+// copies of the inputs and of what that call wrote. Experiments without a dump_variant are
+// counted and skipped without being prepared. Files land in
 //   DIR/<suite>/<experiment name, '/' and ',' and '=' as '_'>/<array>.npy
 // next to a manifest.json (schema "seqbench.dump/1"): suite, experiment, params, variant, and per
 // array its name, role ("input" or "output"), seqbench dtype, numpy descr, shape and file. bf16 is

@@ -46,7 +46,9 @@ struct ExperimentSpec {
   // the trainer's per-tensor element counts. Only `seqbench list --json` prints it (as "inputs"):
   // it can be long, so reports and tables leave it out. Empty object: params say everything.
   nlohmann::json inputs = nlohmann::json::object();
-  std::string dump_variant;  // the variant whose outputs `seqbench dump` writes; empty: "fused"
+  // The variant whose outputs `seqbench dump` writes (its prepare() then sets
+  // PreparedExperiment::dump); empty: the experiment does not dump, and dump skips it unprepared.
+  std::string dump_variant;
   std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
 };
 

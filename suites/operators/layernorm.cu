@@ -73,6 +73,7 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
   const double bytes = backward ? 3 * n * s + 3 * h * s + 8 * rows : 2 * n * s + 2 * h * s + 8 * rows;
   const double flops = n * (backward ? kBackwardFlopsPerElement : kForwardFlopsPerElement);
   e.variants = {{"unfused", bytes, flops}, {"fused", bytes, flops}};
+  e.dump_variant = "fused";
   e.prepare = [backward, tokens, hidden] {
     const auto count = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(hidden);
     const auto hcount = static_cast<std::size_t>(hidden), rcount = static_cast<std::size_t>(tokens);
