@@ -10,6 +10,7 @@
 #include "core/build_info.h"
 #include "core/device_info.h"
 #include "core/error.h"
+#include "suites/dump.h"
 #include "suites/experiment.h"
 #include "suites/meta.h"
 #include "suites/report.h"
@@ -71,8 +72,11 @@ int cmd_list(bool as_json, bool quick, std::ostream& out) {
       nlohmann::json variants = nlohmann::json::array();
       for (const VariantSpec& v : e.variants)
         variants.push_back({{"name", v.name}, {"bytes", v.bytes}, {"flops", v.flops}});
-      suite["experiments"].push_back(
-          {{"name", e.name}, {"params", e.params}, {"baseline", e.baseline}, {"variants", variants}});
+      suite["experiments"].push_back({{"name", e.name},
+                                      {"params", e.params},
+                                      {"inputs", e.inputs},
+                                      {"baseline", e.baseline},
+                                      {"variants", variants}});
     }
     doc["suites"].push_back(std::move(suite));
   }
@@ -240,6 +244,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   table->add_option("--format", table_format, "md or csv");
   table->add_option("--output", table_output, "write to this file (atomically) instead of stdout");
 
+  DumpOptions dump_options;
+  std::string dump_out;
+  auto* dump = app.add_subcommand(
+      "dump", "GPU: each experiment's inputs and fused outputs as .npy, for suites/pytorch's parity check");
+  dump->add_option("--suite", dump_options.suites, "only these suites (repeatable); default: all");
+  dump->add_option("--filter", dump_options.filter, "ECMAScript regex over suite/experiment names");
+  dump->add_option("--out", dump_out, "output folder")->required();
+  dump->add_flag("--quick", dump_options.quick, "the --quick shapes");
+
   // CLI11 would answer a misspelt command with "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
@@ -281,6 +294,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return cmd_run(run_options, reports_dir, out);
     }
     if (*table) return cmd_table(table_inputs, table_format, table_output, out);
+    if (*dump) {
+      dump_options.out_dir = dump_out;
+      const DumpResult r = dump_experiments(dump_options, out);
+      out << r.dumped << " experiment(s) dumped (" << r.files << " .npy files) to " << dump_out << "; "
+          << r.no_dump << " selected experiment(s) have no dump yet\n";
+      return r.dumped > 0 ? 0 : kExitFailure;
+    }
   } catch (const Error& e) {
     err << "seqbench: error: " << e.message() << "\n";
     return kExitFailure;

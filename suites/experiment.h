@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/check_result.h"
+#include "suites/dump.h"
 
 namespace seqbench {
 
@@ -31,6 +32,9 @@ using Work = std::function<void(cudaStream_t)>;
 struct PreparedExperiment {
   std::vector<Work> variants;
   std::shared_ptr<void> state;
+  // Optional, for `seqbench dump` (suites/dump.h): host copies of the inputs and of the outputs
+  // that ExperimentSpec::dump_variant wrote; called after that variant ran once.
+  std::function<std::vector<DumpArray>()> dump;
 };
 
 struct ExperimentSpec {
@@ -38,6 +42,13 @@ struct ExperimentSpec {
   nlohmann::json params = nlohmann::json::object();  // the shape: {"bytes": 1073741824}
   std::string baseline;                              // the variant every speedup is measured against
   std::vector<VariantSpec> variants;
+  // What an outside runner (suites/pytorch/) needs to rebuild the same inputs beyond `params`, e.g.
+  // the trainer's per-tensor element counts. Only `seqbench list --json` prints it (as "inputs"):
+  // it can be long, so reports and tables leave it out. Empty object: params say everything.
+  nlohmann::json inputs = nlohmann::json::object();
+  // The variant whose outputs `seqbench dump` writes (its prepare() then sets
+  // PreparedExperiment::dump); empty: the experiment does not dump, and dump skips it unprepared.
+  std::string dump_variant;
   std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
 };
 

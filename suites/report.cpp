@@ -324,6 +324,13 @@ CopyKnown validate_meta(Validator& v, const json& meta) {
   if (const json* build = v.get(meta, p, "build", Kind::object))
     for (const char* key : {"type", "flags", "cuda_architectures"})
       v.string(*build, "meta.build", key, false);
+  // Who measured: absent for seqbench itself, "pytorch" for suites/pytorch/ (tables join on it),
+  // and the versions of the frameworks that runner used.
+  v.string(meta, p, "runner", true, kOptional);
+  if (const json* frameworks = v.get(meta, p, "frameworks", Kind::object, kOptional))
+    for (const auto& [key, value] : frameworks->items())
+      if (!value.is_string() && !value.is_null())
+        v.add(join(join(p, "frameworks"), key), "expected string or null, got " + type_word(value));
   const auto it = meta.find("device");
   if (it != meta.end() && it->is_null()) return false;  // no GPU: no copy bandwidth either
   const json* device = v.get(meta, p, "device", Kind::object, kNullable);

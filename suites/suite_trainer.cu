@@ -264,6 +264,10 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
     e.params["betas"] = {config.beta1, config.beta2};
   else
     e.params["momentum"] = config.momentum;
+  // The parameter list itself, for suites/pytorch/ to build the same tensors (one per parameter).
+  nlohmann::json elements = nlohmann::json::array();
+  for (const TensorSpec& t : model.tensors) elements.push_back(t.count);
+  e.inputs = {{"tensor_elements", std::move(elements)}};
   e.baseline = "per_tensor";
   e.variants = {
       {"per_tensor", bytes, 0}, {"multi_tensor", bytes, 0}, {"fused", bytes, 0}, {"fused_master", bytes, 0}};

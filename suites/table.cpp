@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "core/error.h"
@@ -59,6 +60,97 @@ std::string device_name(const json& meta) {
   return device.is_null() ? "no GPU" : device.at("name").get<std::string>();
 }
 
+// ---------------------------------------------------------------------------------------------
+// The PyTorch join
+// ---------------------------------------------------------------------------------------------
+
+bool is_pytorch(const json& report) {
+  return report.at("meta").value("runner", std::string()) == kPytorchRunner;
+}
+
+// "vs torch eager", "vs torch.compile"; any other torch variant "vs torch fused" and the like.
+std::string torch_label(const std::string& variant) {
+  if (variant == "torch_eager") return "vs torch eager";
+  if (variant == "torch_compile") return "vs torch.compile";
+  std::string label = "vs ";
+  label += variant;
+  std::replace(label.begin(), label.end(), '_', ' ');
+  return label;
+}
+
+// The PyTorch reports, indexed by (suite, device, experiment name): an experiment is compared only
+// with PyTorch measured on the same device. A name measured twice keeps the first report's.
+class TorchIndex {
+ public:
+  explicit TorchIndex(const std::vector<json>& reports) {
+    for (const json& report : reports) {
+      if (!is_pytorch(report)) continue;
+      any_ = true;
+      const std::string suite = report.at("suite").get<std::string>();
+      const std::string device = device_name(report.at("meta"));
+      for (const json& experiment : report.at("experiments")) {
+        experiments_.emplace(key(suite, device, experiment.at("name").get<std::string>()), &experiment);
+        for (const json& variant : experiment.at("variants"))
+          add_column(suite, variant.at("name").get<std::string>());
+      }
+    }
+  }
+
+  bool any() const { return any_; }
+
+  // The torch variants to show for a suite: torch_eager and torch_compile always (when any
+  // PyTorch report was given), then the others measured for that suite, in order of appearance.
+  std::vector<std::string> columns(const std::string& suite) const {
+    std::vector<std::string> out;
+    if (!any_) return out;
+    out = {"torch_eager", "torch_compile"};
+    if (const auto it = extra_.find(suite); it != extra_.end())
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    return out;
+  }
+
+  // Every column of every suite, for CSV's single header.
+  std::vector<std::string> all_columns() const {
+    std::vector<std::string> out = columns("");
+    for (const std::string& name : extra_order_)
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+    return out;
+  }
+
+  // torch median / this variant's median for each column; nullopt where PyTorch has no match.
+  std::vector<std::optional<double>> speedups(const json& report, const json& experiment, const json& variant,
+                                              const std::vector<std::string>& columns) const {
+    std::vector<std::optional<double>> out(columns.size());
+    if (is_pytorch(report)) return out;
+    const auto it =
+        experiments_.find(key(report.at("suite").get<std::string>(), device_name(report.at("meta")),
+                              experiment.at("name").get<std::string>()));
+    if (it == experiments_.end()) return out;
+    const double mine = variant.at("median_ms").get<double>();
+    for (std::size_t c = 0; c < columns.size(); ++c)
+      for (const json& torch : it->second->at("variants"))
+        if (torch.at("name") == columns[c]) out[c] = torch.at("median_ms").get<double>() / mine;
+    return out;
+  }
+
+ private:
+  static std::string key(const std::string& suite, const std::string& device, const std::string& name) {
+    return suite + '\n' + device + '\n' + name;
+  }
+  void add_column(const std::string& suite, const std::string& variant) {
+    if (variant == "torch_eager" || variant == "torch_compile") return;
+    auto& list = extra_[suite];
+    if (std::find(list.begin(), list.end(), variant) == list.end()) list.push_back(variant);
+    if (std::find(extra_order_.begin(), extra_order_.end(), variant) == extra_order_.end())
+      extra_order_.push_back(variant);
+  }
+
+  bool any_ = false;
+  std::map<std::string, const json*> experiments_;
+  std::map<std::string, std::vector<std::string>> extra_;
+  std::vector<std::string> extra_order_;
+};
+
 // "cols=1024, dtype=bf16, rows=4096": keys in the report's (sorted) order, strings bare, other
 // values as compact JSON.
 std::string compact_params(const json& params) {
@@ -78,6 +170,7 @@ struct Row {
   std::string median, p20, p80;
   Text gbps, pct_copy_bw, tflops;
   std::string speedup;
+  std::vector<Text> vs_torch;  // one per TorchIndex column
 };
 
 Row make_row(const json& experiment, const json& variant) {
@@ -90,7 +183,16 @@ Row make_row(const json& experiment, const json& variant) {
              number(variant.at("gbps"), [](double x) { return fixed(x, 0); }),
              number(variant.at("pct_copy_bw"), [](double x) { return fixed(x, 1); }),
              number(variant.at("tflops"), significant3),
-             fixed(variant.at("speedup").get<double>(), 2)};
+             fixed(variant.at("speedup").get<double>(), 2),
+             {}};
+}
+
+Row make_row(const TorchIndex& torch, const std::vector<std::string>& columns, const json& report,
+             const json& experiment, const json& variant) {
+  Row row = make_row(experiment, variant);
+  for (const auto& x : torch.speedups(report, experiment, variant, columns))
+    row.vs_torch.push_back(x ? Text(fixed(*x, 2)) : std::nullopt);
+  return row;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -123,10 +225,30 @@ void md_row(std::string& out, const std::vector<std::string>& cells) {
   out += "\n";
 }
 
-void md_report(std::string& out, const json& report) {
+// "PyTorch 2.11.0" from meta.frameworks.torch, for a PyTorch report's heading.
+std::string runner_note(const json& meta) {
+  if (!meta.contains("runner")) return "";
+  std::string note = meta.at("runner").get<std::string>() == kPytorchRunner
+                         ? "PyTorch"
+                         : meta.at("runner").get<std::string>();
+  if (const auto f = meta.find("frameworks");
+      f != meta.end() && f->contains("torch") && f->at("torch").is_string())
+    (note += ' ') += f->at("torch").get_ref<const std::string&>();
+  // Appending, not " (" + note: GCC 12 at -O3 warns falsely (-Wrestrict) on literal + temporary.
+  std::string text = " (";
+  text += note;
+  return text += ')';
+}
+
+void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   const json& meta = report.at("meta");
-  out += "## " + md(report.at("suite").get<std::string>()) + " — " + md(device_name(meta)) + " — " +
-         md(short_sha(meta)) + " — " + md(meta.at("timestamp").get<std::string>()) + "\n\n";
+  out += "## " + md(report.at("suite").get<std::string>() + runner_note(meta)) + " — " +
+         md(device_name(meta)) + " — " + md(short_sha(meta)) + " — " +
+         md(meta.at("timestamp").get<std::string>()) + "\n\n";
+  // A PyTorch report's own tables carry no torch columns: its speedup column is already relative to torch
+  // eager.
+  const std::vector<std::string> columns =
+      is_pytorch(report) ? std::vector<std::string>{} : torch.columns(report.at("suite").get<std::string>());
 
   if (const auto skipped = report.find("skipped"); skipped != report.end() && !skipped->empty()) {
     out += "Skipped:\n";
@@ -139,13 +261,22 @@ void md_report(std::string& out, const json& report) {
   const json& experiments = report.at("experiments");
   if (experiments.empty()) out += "No timed experiments.\n\n";
   for (const json& experiment : experiments) {
-    md_row(out, {"experiment", "params", "variant", "median ms", "p20–p80 ms", "GB/s", "% copy BW", "TFLOP/s",
-                 "speedup"});
-    out += "|---|---|---|---:|---:|---:|---:|---:|---:|\n";
+    std::vector<std::string> header = {"experiment", "params",    "variant", "median ms", "p20–p80 ms",
+                                       "GB/s",       "% copy BW", "TFLOP/s", "speedup"};
+    std::string rule = "|---|---|---|---:|---:|---:|---:|---:|---:|";
+    for (const std::string& c : columns) {
+      header.push_back(torch_label(c));
+      rule += "---:|";
+    }
+    md_row(out, header);
+    out += rule + "\n";
     for (const json& variant : experiment.at("variants")) {
-      const Row r = make_row(experiment, variant);
-      md_row(out, {md(r.experiment), md(r.params), md(r.variant), r.median, r.p20 + "–" + r.p80, md(r.gbps),
-                   md(r.pct_copy_bw), md(r.tflops), r.speedup + "×"});
+      const Row r = make_row(torch, columns, report, experiment, variant);
+      std::vector<std::string> cells = {md(r.experiment),  md(r.params),        md(r.variant),
+                                        r.median,          r.p20 + "–" + r.p80, md(r.gbps),
+                                        md(r.pct_copy_bw), md(r.tflops),        r.speedup + "×"};
+      for (const Text& x : r.vs_torch) cells.push_back(x ? *x + "×" : kDash);
+      md_row(out, cells);
     }
     out += "\n";
   }
@@ -206,14 +337,23 @@ void csv_row(std::string& out, const std::vector<std::string>& fields) {
   out += "\r\n";
 }
 
-void csv_report(std::string& out, const json& report) {
+void csv_report(std::string& out, const json& report, const TorchIndex& torch,
+                const std::vector<std::string>& columns) {
   const std::string suite = csv(report.at("suite").get<std::string>());
   const std::string device = csv(device_name(report.at("meta")));
+  // With PyTorch reports in the input, every row says which runner measured it.
+  const std::string runner = csv(report.at("meta").value("runner", std::string("seqbench")));
   for (const json& experiment : report.at("experiments")) {
     for (const json& variant : experiment.at("variants")) {
-      const Row r = make_row(experiment, variant);
-      csv_row(out, {suite, device, csv(r.experiment), csv(r.params), csv(r.variant), r.median, r.p20, r.p80,
-                    csv(r.gbps), csv(r.pct_copy_bw), csv(r.tflops), r.speedup});
+      const Row r = make_row(torch, columns, report, experiment, variant);
+      std::vector<std::string> fields = {
+          suite, device, csv(r.experiment), csv(r.params),      csv(r.variant), r.median,
+          r.p20, r.p80,  csv(r.gbps),       csv(r.pct_copy_bw), csv(r.tflops),  r.speedup};
+      if (torch.any()) {
+        fields.insert(fields.begin() + 2, runner);
+        for (const Text& x : r.vs_torch) fields.push_back(csv(x));
+      }
+      csv_row(out, fields);
     }
   }
 }
@@ -231,13 +371,21 @@ std::string render_tables(const std::vector<json>& reports, TableFormat format) 
   for (std::size_t i = 0; i < reports.size(); ++i)
     require_valid_report(reports[i], "report #" + std::to_string(i + 1) + " given to render_tables");
 
+  const TorchIndex torch(reports);
   std::string out;
   if (format == TableFormat::csv) {
-    csv_row(out, {"suite", "device", "experiment", "params", "variant", "median_ms", "p20_ms", "p80_ms",
-                  "gbps", "pct_copy_bw", "tflops", "speedup"});
-    for (const json& report : reports) csv_report(out, report);
+    std::vector<std::string> header = {"suite",   "device",      "experiment", "params",
+                                       "variant", "median_ms",   "p20_ms",     "p80_ms",
+                                       "gbps",    "pct_copy_bw", "tflops",     "speedup"};
+    const std::vector<std::string> columns = torch.all_columns();
+    if (torch.any()) {
+      header.insert(header.begin() + 2, "runner");
+      for (const std::string& c : columns) header.push_back(std::string("vs_").append(c));
+    }
+    csv_row(out, header);
+    for (const json& report : reports) csv_report(out, report, torch, columns);
   } else {
-    for (const json& report : reports) md_report(out, report);
+    for (const json& report : reports) md_report(out, report, torch);
     // Each report ends with a blank line that separates it from the next; the last needs none.
     if (out.ends_with("\n\n")) out.pop_back();
   }

@@ -4,12 +4,14 @@
 #      through the offline bundle (.bundle/, from tools/bundle.sh) where packages are missing;
 #   2. run every ctest test (the gpu label included), then compute-sanitizer memcheck and
 #      racecheck on the GPU test binaries where the tool and the machine support them;
-#   3. run the requested suites with --out reports/<device>/ and regenerate that folder's tables;
+#   3. run the requested suites with --out reports/<device>/; then, where torch is importable, the
+#      PyTorch baselines of the same suites (suites/pytorch/run.py) into the same folder; then
+#      regenerate that folder's tables, which join both (the "vs torch" columns);
 #   4. print a short summary last.
 # Logs and a tarball of the new reports go to $OUT (or ./gpu-out) so they come back from a lease.
 #
 #   tools/gpu.sh [--quick] [suite ...]      default: every suite
-#   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run); a lease's
+#   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, torch); a lease's
 #                                           call is limited to 10 minutes, so a full pass may take
 #                                           several calls: build/gpu stays while the machine is warm.
 set -uo pipefail
@@ -25,7 +27,7 @@ for arg in "$@"; do
   esac
 done
 export PATH="/usr/local/cuda/bin:$PATH"
-stages=" ${STAGES:-build test sanitize run} "
+stages=" ${STAGES:-build test sanitize run torch} "
 want() { [[ "$stages" == *" $1 "* ]]; }
 summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
@@ -78,7 +80,24 @@ elif "$build"/suites/seqbench run "${quick[@]}" "${suites[@]}" --out "$dir" 2>&1
 else
   step "seqbench run" FAILED
 fi
-if want run && ls "$dir"/*.json >/dev/null 2>&1; then
+# The PyTorch baselines: only the suites it maps (operators, trainer), only where torch imports.
+torch_suites=()
+for ((i = 1; i < ${#suites[@]}; i += 2)); do
+  case "${suites[$i]}" in operators | trainer) torch_suites+=(--suite "${suites[$i]}") ;; esac
+done
+if ! want torch; then
+  step "pytorch baselines" skipped
+elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
+  step "pytorch baselines" "skipped (no operators or trainer suite requested)"
+elif ! python3 -c 'import torch' >/dev/null 2>&1; then
+  step "pytorch baselines" "skipped (torch not importable)"
+elif python3 suites/pytorch/run.py --seqbench "$build"/suites/seqbench "${quick[@]}" "${torch_suites[@]}" \
+       --out "$dir" 2>&1 | tee "$out/pytorch.log"; then
+  step "pytorch baselines" ok
+else
+  step "pytorch baselines" "FAILED (see $out/pytorch.log)"
+fi
+if (want run || want torch) && ls "$dir"/*.json >/dev/null 2>&1; then
   "$build"/suites/seqbench table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
   tar -cf "$out/reports.tar" "$dir"
 fi

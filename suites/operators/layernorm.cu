@@ -73,6 +73,7 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
   const double bytes = backward ? 3 * n * s + 3 * h * s + 8 * rows : 2 * n * s + 2 * h * s + 8 * rows;
   const double flops = n * (backward ? kBackwardFlopsPerElement : kForwardFlopsPerElement);
   e.variants = {{"unfused", bytes, flops}, {"fused", bytes, flops}};
+  e.dump_variant = "fused";
   e.prepare = [backward, tokens, hidden] {
     const auto count = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(hidden);
     const auto hcount = static_cast<std::size_t>(hidden), rcount = static_cast<std::size_t>(tokens);
@@ -129,6 +130,26 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
                                               st->fused_ws.size(), stream);
       });
     }
+    // For `seqbench dump`: the inputs and what the fused variant wrote (suites/pytorch's parity).
+    p.dump = [st, backward, tokens, hidden] {
+      const std::vector<std::int64_t> matrix = {tokens, hidden}, vector = {hidden}, rows = {tokens};
+      std::vector<DumpArray> a;
+      a.push_back(dump_array("x", "input", st->x, matrix));
+      a.push_back(dump_array("gamma", "input", st->gamma, vector));
+      a.push_back(dump_array("beta", "input", st->beta, vector));
+      const char* stats_role = backward ? "input" : "output";
+      if (backward) a.push_back(dump_array("dy", "input", st->dy, matrix));
+      a.push_back(dump_array("mean", stats_role, st->mean, rows));
+      a.push_back(dump_array("rstd", stats_role, st->rstd, rows));
+      if (!backward) {
+        a.push_back(dump_array("y", "output", st->y, matrix));
+      } else {
+        a.push_back(dump_array("dx", "output", st->dx, matrix));
+        a.push_back(dump_array("dgamma", "output", st->dgamma, vector));
+        a.push_back(dump_array("dbeta", "output", st->dbeta, vector));
+      }
+      return a;
+    };
     p.state = st;
     return p;
   };

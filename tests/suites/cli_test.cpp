@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/device_info.h"
 #include "suites/report.h"
 #include "tests/common/gpu_test.h"
 
@@ -162,10 +163,20 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
   for (const auto& s : doc["suites"])
     for (const auto& e : s["experiments"]) {
       EXPECT_TRUE(e["params"].is_object());
+      EXPECT_TRUE(e["inputs"].is_object()) << e.dump();
       bool baseline_listed = false;
       for (const auto& v : e["variants"]) baseline_listed = baseline_listed || v["name"] == e["baseline"];
       EXPECT_TRUE(baseline_listed) << e.dump();
     }
+}
+
+TEST_F(CliTest, DumpNeedsAGpuAndWritesNothingWithoutOne) {
+  if (probe_device(0).info) GTEST_SKIP() << "a GPU is present: the GPU path is the gpu tests' business";
+  const auto out = dir_ / "dump";
+  expect_one_line_error(cli({"dump", "--suite", "operators", "--out", out.string()}), 1,
+                        "seqbench dump needs a GPU");
+  EXPECT_FALSE(std::filesystem::exists(out));
+  expect_one_line_error(cli({"dump"}), 2, "--out");
 }
 
 TEST_F(CliTest, InfoJsonAndHelp) {

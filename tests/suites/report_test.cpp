@@ -612,5 +612,23 @@ TEST(ValidateReport, AccountingEntriesAreCheckedWhenPresent) {
                                       "accounting[0].managed_bytes: must be >= 0, got -1"}));
 }
 
+// suites/pytorch/ marks its reports with meta.runner and records its frameworks' versions.
+TEST(ValidateReport, RunnerAndFrameworksAreCheckedWhenPresent) {
+  json report = valid_report();
+  report["meta"]["runner"] = "pytorch";
+  report["meta"]["frameworks"] = {{"torch", "2.11.0"}, {"cudnn", nullptr}};
+  EXPECT_EQ(validate_report(report), std::vector<std::string>{});
+  report["meta"]["runner"] = "";
+  report["meta"]["frameworks"]["triton"] = 3;
+  EXPECT_EQ(validate_report(report), (std::vector<std::string>{"meta.runner: must not be empty",
+                                                               "meta.frameworks.triton: expected string or "
+                                                               "null, got integer"}));
+  report["meta"]["runner"] = 1;
+  report["meta"]["frameworks"] = "2.11";
+  EXPECT_EQ(validate_report(report),
+            (std::vector<std::string>{"meta.runner: expected string, got integer",
+                                      "meta.frameworks: expected object, got string"}));
+}
+
 }  // namespace
 }  // namespace seqbench

@@ -49,6 +49,19 @@ TEST(TrainerSuite, DescribesEveryModelAndOptimizer) {
     }
 }
 
+// suites/pytorch/ rebuilds the same parameter list from `seqbench list --json`'s "inputs".
+TEST(TrainerSuite, InputsListEveryTensor) {
+  const SuiteSpec s = trainer_suite(SuiteOptions{false});
+  for (const ExperimentSpec& e : s.experiments) {
+    const auto& elements = e.inputs.at("tensor_elements");
+    ASSERT_TRUE(elements.is_array()) << e.name;
+    EXPECT_EQ(elements.size(), e.params.at("tensors").get<std::size_t>()) << e.name;
+    std::uint64_t sum = 0;
+    for (const auto& n : elements) sum += n.get<std::uint64_t>();
+    EXPECT_EQ(sum, e.params.at("parameters").get<std::uint64_t>()) << e.name;
+  }
+}
+
 TEST(TrainerSuite, BaselineAndVariants) {
   const SuiteSpec s = trainer_suite(SuiteOptions{false});
   for (const ExperimentSpec& e : s.experiments) {

@@ -1,0 +1,138 @@
+"""`python3 suites/pytorch/run.py`: the command line, shaped like `seqbench run`.
+
+Order of work: arguments and the --filter regex, then `seqbench list/info` (nothing written), then
+torch and a CUDA device (a one-line error and nothing written when either is missing), then the
+output folder, then the measurements: one report per suite, `DIR/pytorch-<suite>.json`.
+"""
+import argparse
+import os
+import re
+import sys
+
+from . import listing
+from .errors import RunnerError, Unmapped
+from .families import FAMILIES, plan_for
+from .policy import TimerPolicy
+
+PROG = "seqbench-pytorch"
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+DEFAULT_SEED = 20261122  # RunOptions::seed in suites/runner.h
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, like seqbench's own usage errors
+        raise _Usage(message)
+
+
+def parser():
+    p = _Parser(prog=PROG, description="PyTorch baselines (eager, torch.compile, fused optimizers) of seqbench's "
+                "experiments, read from `seqbench list --json`, written as schema-v1 reports.")
+    p.add_argument("--seqbench", required=True, help="the built seqbench binary (its experiment list is the source of truth)")
+    p.add_argument("--suite", action="append", default=[], help="only these suites (repeatable); default: " + ", ".join(FAMILIES))
+    p.add_argument("--filter", default="", help="regex (Python re, searched) over suite/experiment/variant names, "
+                   "variants being torch_eager, torch_compile, torch_fused")
+    p.add_argument("--out", default="", help="output folder (default: seqbench-out/<device>)")
+    p.add_argument("--quick", action="store_true", help="the --quick shapes and fewer samples")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of every random draw")
+    p.add_argument("--parity", default="", metavar="DUMP_DIR",
+                   help="also hold seqbench's outputs dumped there (`seqbench dump --out DUMP_DIR`) against PyTorch's "
+                   "on the same inputs; the differences land in the reports' checks")
+    p.add_argument("--dry-run", action="store_true", help="print what maps to what and exit; needs no torch")
+    return p
+
+
+def compile_filter(text):
+    try:
+        return re.compile(text or ".*")
+    except re.error as e:
+        raise RunnerError(f"invalid --filter regex '{text}': {e}") from None
+
+
+def select_suites(all_suites, names):
+    by_name = {s.name: s for s in all_suites}
+    chosen = []
+    for name in names or [n for n in FAMILIES if n in by_name]:
+        if name not in by_name:
+            raise RunnerError(f"unknown suite '{name}' (known: {', '.join(by_name)})")
+        if name not in FAMILIES:
+            raise RunnerError(f"suite '{name}' has no PyTorch equivalent (mapped: {', '.join(FAMILIES)})")
+        if by_name[name] not in chosen:
+            chosen.append(by_name[name])
+    return chosen
+
+
+def plan_suite(suite, regex):
+    """[(experiment, plan, variants to run)] and [unmapped entries] of a suite, under the filter."""
+    planned, unmapped = [], []
+    for e in suite.experiments:
+        try:
+            plan = plan_for(e)
+        except Unmapped as why:
+            if regex.search(f"{suite.name}/{e.name}"):
+                unmapped.append({"experiment": e.name, "reason": f"skipped: {why}"})
+            continue
+        variants = [v for v in plan.variants if regex.search(f"{suite.name}/{e.name}/{v}")]
+        if variants:
+            planned.append((e, plan, variants))
+    return planned, unmapped
+
+
+def prepare_out_dir(path):
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".seqbench-pytorch-write-probe")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise RunnerError(f"cannot write to output folder '{path}': {e.strerror}") from None
+
+
+def run(args, out):
+    regex = compile_filter(args.filter)
+    suites = select_suites(listing.list_suites(args.seqbench, args.quick), args.suite)
+    plans = {s.name: plan_suite(s, regex) for s in suites}
+    if args.dry_run:
+        for s in suites:
+            planned, unmapped = plans[s.name]
+            for e, plan, variants in planned:
+                print(f"{s.name}/{e.name}: {' '.join(variants)}" + (" (CUDA graph)" if plan.cuda_graph else ""), file=out)
+            for u in unmapped:
+                print(f"{s.name}/{u['experiment']}: {u['reason']}", file=out)
+        return 0
+    if args.parity and not os.path.isdir(args.parity):
+        raise RunnerError(f"--parity folder '{args.parity}' not found (write it with `seqbench dump --out`)")
+    info = listing.info(args.seqbench)
+
+    from . import environment  # torch from here on
+
+    torch = environment.require_torch_cuda()
+    from .measure import measure_suites
+
+    return measure_suites(torch, environment.frameworks(torch), info, suites, plans, args, out)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parser().parse_args(argv)
+    except _Usage as e:
+        print(f"{PROG}: error: {e} (see --help)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run(args, sys.stdout)
+    except RunnerError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"{PROG}: error: interrupted", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def timer_policy(quick):
+    return TimerPolicy.quick() if quick else TimerPolicy()

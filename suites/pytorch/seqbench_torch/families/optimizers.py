@@ -1,0 +1,79 @@
+"""Trainer suite (LightSeq2 Fig. 18): one optimizer step over a real model's parameter list, as
+PyTorch mixed-precision training runs it today.
+
+PyTorch's AMP keeps the parameters, their gradients and the optimizer state in fp32 (autocast
+computes in fp16/bf16; there is no fp16 copy of the weights), and GradScaler unscales the
+gradients by the loss scale and skips the step on inf/NaN. So each variant steps fp32 tensors
+with the experiment's tensor list (`inputs.tensor_elements` of `seqbench list --json`), lr,
+betas or momentum, and loss scale:
+  torch_eager    foreach=True (PyTorch's default on CUDA): _amp_foreach_non_finite_check_and_unscale_,
+                 then optimizer.step();
+  torch_fused    fused=True: optimizer.step() with GradScaler's grad_scale / found_inf handed to the
+                 fused kernel (no separate unscale pass), as GradScaler.step does for it;
+  torch_compile  the foreach unscale, then torch.compile(optimizer.step) (PyTorch's "compiled optimizer").
+Bytes are the experiment's minimal bytes (fp16 params and grads, fp32 state): the work a step must
+do, so GB/s compares the same work across runners; PyTorch's fp32 parameters and gradients are
+its overhead, as the master copy is seqbench's.
+No CUDA graph: a step is milliseconds long, and PyTorch users do not capture optimizer steps.
+"""
+from ..errors import Unmapped
+from .common import COMPILE, EAGER, FUSED, Plan, need
+
+PREFIXES = ("adam", "adamw", "sgd")
+
+
+def plan(experiment):
+    p = experiment.params
+    optimizer, lr, loss_scale = need(p, "optimizer", "lr", "loss_scale")
+    if optimizer not in PREFIXES:
+        raise Unmapped(f"params.optimizer {optimizer!r} has no PyTorch mapping here")
+    elements = experiment.inputs.get("tensor_elements")
+    if not isinstance(elements, list) or not elements:
+        raise Unmapped("inputs.tensor_elements is missing: rebuild seqbench (list --json carries the tensor list)")
+    if any(not isinstance(n, int) or n < 0 for n in elements):
+        raise Unmapped("inputs.tensor_elements holds a value that is not an element count")
+    if optimizer in ("adam", "adamw"):
+        (betas,) = need(p, "betas")
+        options = {"betas": tuple(float(b) for b in betas), "eps": float(p.get("eps", 1e-8)),
+                   "weight_decay": float(p.get("weight_decay", 0.0))}
+    else:
+        options = {"momentum": float(need(p, "momentum")[0]), "weight_decay": float(p.get("weight_decay", 0.0))}
+    sizes = [n for n in elements if n > 0]  # PyTorch cannot hold a parameter without storage any differently
+    lr, inv_scale = float(lr), 1.0 / float(loss_scale)
+
+    def build(torch):
+        cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
+        return {
+            EAGER: lambda: _step(torch, cls, sizes, lr, options, inv_scale, "foreach"),
+            FUSED: lambda: _step(torch, cls, sizes, lr, options, inv_scale, "fused"),
+            COMPILE: lambda: _step(torch, cls, sizes, lr, options, inv_scale, "compile"),
+        }
+
+    # Each value of build()'s dict makes that variant's state (params, grads, optimizer) and returns
+    # its work (Plan.lazy): cli.py makes and drops them one at a time.
+    return Plan((EAGER, FUSED, COMPILE), False, build, note="fp32 params, grads and state (torch.amp)", lazy=True)
+
+
+def _step(torch, cls, sizes, lr, options, inv_scale, how):
+    gen = torch.Generator(device="cuda").manual_seed(0x7121A1)
+    params = [torch.rand(n, device="cuda", generator=gen).mul_(2).sub_(1).requires_grad_(True) for n in sizes]
+    for t in params:
+        g = torch.rand(t.numel(), device="cuda", generator=gen).mul_(2).sub_(1)
+        # In [-1.01, -0.01] U [0.01, 1.01), never zero, as the C++ suite fills its gradients.
+        t.grad = g.add_(torch.where(g < 0, -0.01, 0.01))
+    found_inf = torch.zeros(1, device="cuda")
+    inv = torch.full((1,), inv_scale, device="cuda")
+    if how == "fused":
+        opt = cls(params, lr=lr, fused=True, **options)
+        opt.grad_scale = torch.full((1,), 1.0 / inv_scale, device="cuda")  # as GradScaler.step sets them
+        opt.found_inf = found_inf
+        return opt.step
+    opt = cls(params, lr=lr, foreach=True, **options)
+    grads = [t.grad for t in params]
+    step = torch.compile(opt.step, fullgraph=False) if how == "compile" else opt.step
+
+    def work():
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv)
+        step()
+
+    return work

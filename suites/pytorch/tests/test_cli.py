@@ -1,0 +1,81 @@
+"""The command as a user runs it: exit codes, one-line errors, and nothing written without torch or CUDA.
+
+A stand-in `torch` package on PYTHONPATH makes torch absent (or CUDA-less) even on a machine that
+has the real one."""
+import os
+import subprocess
+import sys
+import unittest
+
+from tests import support
+
+NO_TORCH = 'raise ImportError("No module named \'torch\' (simulated)")\n'
+NO_CUDA = (
+    '__version__ = "2.11.0"\n'
+    "class version:\n    cuda = None\n"
+    "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+)
+OLD_TORCH = '__version__ = "1.13.1"\n'
+
+
+class Command(support.ScratchTest):
+    def run_py(self, *args, fake_torch=None):
+        env = dict(os.environ)
+        if fake_torch is not None:
+            pkg = self.path("fake", "torch")
+            os.makedirs(pkg, exist_ok=True)
+            with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
+                f.write(fake_torch)
+            env["PYTHONPATH"] = self.path("fake") + os.pathsep + env.get("PYTHONPATH", "")
+        return subprocess.run([sys.executable, support.RUN_PY, *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    def assert_one_line_error(self, done, code, part):
+        self.assertEqual(done.returncode, code, done.stderr)
+        lines = done.stderr.splitlines()
+        self.assertEqual(len(lines), 1, done.stderr)
+        self.assertTrue(lines[0].startswith("seqbench-pytorch: error: "), lines[0])
+        self.assertIn(part, lines[0])
+
+    def test_without_torch_exits_non_zero_and_writes_nothing(self):
+        out = self.path("out")
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--out", out, fake_torch=NO_TORCH)
+        self.assert_one_line_error(done, 1, "PyTorch is not importable")
+        self.assertFalse(os.path.exists(out))
+
+    def test_without_cuda_exits_non_zero_and_writes_nothing(self):
+        out = self.path("out")
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--out", out, fake_torch=NO_CUDA)
+        self.assert_one_line_error(done, 1, "sees no CUDA device")
+        self.assertFalse(os.path.exists(out))
+
+    def test_torch_1_is_refused(self):
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--out", self.path("o"), fake_torch=OLD_TORCH)
+        self.assert_one_line_error(done, 1, "PyTorch 1.13.1 is too old")
+
+    def test_usage_errors(self):
+        self.assert_one_line_error(self.run_py(), 2, "--seqbench")
+        self.assert_one_line_error(self.run_py("--seqbench", "x", "--bogus"), 2, "--bogus")
+        self.assert_one_line_error(self.run_py("--seqbench", self.path("absent")), 1, "not found or not executable")
+        binary = support.seqbench_binary()
+        self.assert_one_line_error(self.run_py("--seqbench", binary, "--filter", "("), 1, "invalid --filter regex '('")
+        self.assert_one_line_error(self.run_py("--seqbench", binary, "--suite", "nope"), 1, "unknown suite 'nope'")
+        self.assert_one_line_error(self.run_py("--seqbench", binary, "--suite", "memory"), 1,
+                                   "suite 'memory' has no PyTorch equivalent")
+
+    def test_a_missing_parity_folder_is_named_before_torch_is_needed(self):
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--parity", self.path("nope"), fake_torch=NO_TORCH)
+        self.assert_one_line_error(done, 1, "--parity folder")
+
+    def test_dry_run_needs_no_torch_and_honours_the_filter(self):
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--quick", "--dry-run", "--filter",
+                           "layernorm_fwd/bf16/.*/torch_compile$", fake_torch=NO_TORCH)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = done.stdout.splitlines()
+        self.assertTrue(lines)
+        for line in lines:
+            self.assertRegex(line, r"^operators/layernorm_fwd/bf16/\S+: torch_compile \(CUDA graph\)$")
+
+
+if __name__ == "__main__":
+    unittest.main()

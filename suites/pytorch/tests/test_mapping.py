@@ -1,0 +1,119 @@
+"""The experiment list as `seqbench list --json` prints it, and what each experiment maps to."""
+import json
+import unittest
+
+from tests import support
+from seqbench_torch import listing
+from seqbench_torch.errors import RunnerError, Unmapped
+from seqbench_torch.families import plan_for
+from seqbench_torch.families.common import COMPILE, EAGER, FUSED
+
+
+def experiment(suite, name, params, inputs=None, baseline="unfused"):
+    return listing.Experiment(suite, name, params, baseline, (listing.Variant(baseline, 100.0, 0.0),), inputs or {})
+
+
+class RealList(unittest.TestCase):
+    """Every operator and trainer experiment seqbench defines today maps; nothing is silently dropped."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.suites = {s.name: s for s in listing.list_suites(support.seqbench_binary(), quick=False)}
+        cls.quick = {s.name: s for s in listing.list_suites(support.seqbench_binary(), quick=True)}
+
+    def test_parses_every_suite(self):
+        self.assertIn("operators", self.suites)
+        self.assertIn("trainer", self.suites)
+        self.assertGreater(len(self.suites["operators"].experiments), 50)
+        self.assertLess(len(self.quick["operators"].experiments), len(self.suites["operators"].experiments))
+
+    def test_every_known_family_maps(self):
+        placeholders = ("cross_entropy", "embedding", "qkv_reshape")  # being written on other branches
+        for suite in ("operators", "trainer"):
+            for e in self.suites[suite].experiments:
+                try:
+                    plan = plan_for(e)
+                except Unmapped as why:
+                    if e.family.startswith(placeholders):
+                        continue
+                    self.fail(f"{suite}/{e.name}: {why}")
+                self.assertEqual(plan.variants[0], EAGER, e.name)
+                self.assertIn(COMPILE, plan.variants)
+                if suite == "trainer" or not e.family.startswith(placeholders):
+                    self.assertEqual(plan.cuda_graph, suite == "operators", e.name)
+
+    def test_minimal_bytes_are_the_experiments(self):
+        for e in self.suites["operators"].experiments:
+            self.assertGreater(e.minimal.bytes, 0, e.name)
+            self.assertTrue(all(v.bytes == e.minimal.bytes for v in e.variants), e.name)
+
+    def test_trainer_lists_its_tensors(self):
+        for e in self.suites["trainer"].experiments:
+            elements = e.inputs["tensor_elements"]
+            self.assertEqual(sum(elements), e.params["parameters"], e.name)
+            self.assertEqual(plan_for(e).variants, (EAGER, FUSED, COMPILE))
+
+
+class ParseList(unittest.TestCase):
+    def test_refuses_another_schema(self):
+        with self.assertRaisesRegex(RunnerError, "expected schema 'seqbench.list/1', got 'seqbench.list/2'"):
+            listing.parse_list({"schema": "seqbench.list/2", "suites": []})
+
+    def test_refuses_a_broken_layout(self):
+        with self.assertRaisesRegex(RunnerError, "unexpected layout"):
+            listing.parse_list({"schema": "seqbench.list/1", "suites": [{"name": "x"}]})
+
+    def test_inputs_are_optional(self):
+        doc = {"schema": "seqbench.list/1", "suites": [{"name": "operators", "description": "", "needs_gpu": True,
+               "experiments": [{"name": "dropout_fwd/f32/elements=8", "params": {"elements": 8, "p": 0.1, "dtype": "f32"},
+                                "baseline": "unfused", "variants": [{"name": "unfused", "bytes": 64, "flops": 0}]}]}]}
+        (suite,) = listing.parse_list(json.loads(json.dumps(doc)))
+        self.assertEqual(suite.experiments[0].inputs, {})
+        self.assertEqual(suite.experiments[0].family, "dropout_fwd")
+
+
+class Families(unittest.TestCase):
+    def test_unknown_family_is_skipped_with_a_reason(self):
+        with self.assertRaisesRegex(Unmapped, "no torch equivalent for family 'beam_search_fwd'"):
+            plan_for(experiment("operators", "beam_search_fwd/f32/x", {"dtype": "f32"}))
+        with self.assertRaisesRegex(Unmapped, "suite 'device' has no torch equivalent"):
+            plan_for(experiment("device", "copy/16MiB", {}))
+
+    def test_prefixes_pick_the_most_specific_family(self):
+        from seqbench_torch.families import bias_act_dropout, dropout, module_for
+
+        self.assertIs(module_for("operators", "bias_act_dropout_fwd"), bias_act_dropout)
+        self.assertIs(module_for("operators", "dropout_bwd"), dropout)
+        self.assertIsNone(module_for("operators", "dropoutx_fwd"))
+
+    def test_missing_params_name_the_key(self):
+        with self.assertRaisesRegex(Unmapped, "params lack 'hidden'"):
+            plan_for(experiment("operators", "layernorm_fwd/f32/x", {"tokens": 4, "dtype": "f32"}))
+        with self.assertRaisesRegex(Unmapped, "params.dtype 'f64'"):
+            plan_for(experiment("operators", "dropout_fwd/f64/x", {"elements": 4, "p": 0.1, "dtype": "f64"}))
+        with self.assertRaisesRegex(Unmapped, "params.mask 'key_lengths'"):
+            plan_for(experiment("operators", "softmax_fwd/f32/x", {"batch": 1, "heads": 1, "q_len": 2, "k_len": 2,
+                                                                   "mask": "key_lengths", "dtype": "f32"}))
+        with self.assertRaisesRegex(Unmapped, "inputs.tensor_elements is missing"):
+            plan_for(experiment("trainer", "adam/x", {"optimizer": "adam", "lr": 1e-3, "loss_scale": 1.0,
+                                                      "betas": [0.9, 0.98]}))
+
+    def test_families_of_the_other_branches_map_from_their_likely_params(self):
+        cases = [
+            ("cross_entropy_fwd/bf16/x", {"tokens": 8, "vocab": 50, "label_smoothing": 0.1, "dtype": "bf16"}),
+            ("cross_entropy_bwd/f32/x", {"rows": 8, "vocab_size": 50, "epsilon": 0.1, "dtype": "f32", "pass": "bwd"}),
+            ("embedding_fwd/f32/x", {"batch": 2, "seq_len": 4, "vocab": 50, "hidden": 8, "p": 0.1, "dtype": "f32"}),
+            ("embedding_bwd/bf16/x", {"tokens": 8, "vocab": 50, "hidden": 8, "dtype": "bf16"}),
+            ("qkv_reshape_fwd/f32/x", {"batch": 2, "seq_len": 4, "hidden": 8, "heads": 2, "dtype": "f32"}),
+        ]
+        for name, params in cases:
+            self.assertEqual(plan_for(experiment("operators", name, params)).variants, (EAGER, COMPILE), name)
+        with self.assertRaisesRegex(Unmapped, "params lack any of 'label_smoothing'"):
+            plan_for(experiment("operators", "cross_entropy_fwd/f32/x", {"tokens": 8, "vocab": 50, "dtype": "f32"}))
+        with self.assertRaisesRegex(Unmapped, "not a multiple of heads"):
+            plan_for(experiment("operators", "qkv_reshape_fwd/f32/x",
+                                {"batch": 2, "seq_len": 4, "hidden": 9, "heads": 2, "dtype": "f32"}))
+
+
+if __name__ == "__main__":
+    unittest.main()
