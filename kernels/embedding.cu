@@ -248,78 +248,184 @@ __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs 
   if (a.positions != nullptr) a.positions[i] = static_cast<std::int32_t>(s.position);
 }
 
-// The first index j in [0, n) with keys[j] >= key (n if none).
-__device__ __forceinline__ std::int64_t lower_bound(const std::uint32_t* keys, std::int64_t n,
-                                                    std::uint32_t key) {
-  std::int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    if (keys[mid] < key) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
+// Slot-indexed learned positions need no sort: position offset + l receives the entries
+// b·L + l, b = 0 .. B-1, in increasing b. Entry j = l·B + b of the "sorted" arrays gets key
+// offset + l and value b·L + l, or -1 (skipped by the window kernel) for padding and invalid
+// tokens; the keys are non-decreasing, so the window and merge kernels below apply unchanged.
+struct SlotKeyArgs {
+  const std::int32_t* tokens = nullptr;
+  std::uint32_t* keys = nullptr;
+  std::int32_t* values = nullptr;
+  std::uint32_t n = 0, batch = 0, len = 0, position_offset = 0;
+  std::int32_t vocab = 0, padding_idx = -1;
+};
+
+__global__ void __launch_bounds__(kThreads) embedding_slot_keys_kernel(const SlotKeyArgs a) {
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < a.n; j += stride) {
+    const std::uint32_t l = j / a.batch, b = j - l * a.batch;
+    const std::uint32_t i = b * a.len + l;  // < n <= 2^31 - 1
+    const std::int32_t tok = a.tokens[i];
+    const bool valid = !is_padding(tok, a.padding_idx) && tok >= 0 && tok < a.vocab;
+    a.keys[j] = a.position_offset + l;
+    a.values[j] = valid ? static_cast<std::int32_t>(i) : -1;
   }
-  return lo;
 }
 
+// The chunked segmented reduction over the sorted pairs. The sorted array is cut into windows
+// of kChunk consecutive entries (window k: entries k·kChunk .. k·kChunk + kChunk - 1); a piece
+// is the part of one segment (equal keys) inside one window. The window kernel sums each piece
+// in entry order; a piece that is a whole segment is scaled, rounded once and written to its
+// table row; the others (segments that cross a window boundary) go to float partial rows:
+// slot 2k for the piece that starts window k, slot 2k + 1 for a piece that starts inside window
+// k and runs past its end (at most one). The merge kernel, one warp per window in which such a
+// segment starts, adds the segment's partials in window order. Both orders are fixed by the
+// sorted keys (stable sort of distinct pairs) and kChunk: bitwise reproducible on any GPU.
+constexpr int kChunk = kEmbeddingSortChunk;  // a warp's lanes hold the window's keys and values
+static_assert(kChunk == 32, "the window kernel keeps one entry per lane");
+constexpr std::uint32_t kNoKey = 0xFFFFFFFFu;  // differs from every key (keys <= 2^31 - 1)
+
 template <class T>
-struct SegmentArgs {
-  T* grad = nullptr;  // [rows, H]
+struct ChunkArgs {
+  T* grad = nullptr;         // [rows, H], zeroed before the window kernel
+  float* partial = nullptr;  // [2·windows, H]
   const T* dy = nullptr;
-  const std::uint32_t* keys = nullptr;  // sorted, n
-  const std::int32_t* values = nullptr;
-  std::int64_t n = 0, rows = 0, hidden = 0;
+  const std::uint32_t* keys = nullptr;   // sorted, n; keys >= rows (the sentinel) sort last
+  const std::int32_t* values = nullptr;  // dy row of each entry; -1: skip
+  std::int64_t n = 0, windows = 0, rows = 0, hidden = 0;
   float out_scale = 1.0f;
   float p = 0.0f, keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
-  bool vector_path = false;  // H % K == 0 and dy 16-byte aligned
+  bool vector_path = false;  // H % K == 0, dy and grad 16-byte aligned (the partials always are)
 };
 
-// Block r writes row r of grad: Σ over its segment of the dropout gradient rows, in the fixed
-// order documented in the header. 32·K columns a pass; the 8 warp partials meet in shared memory.
+// Columns of the lane in column tile `tile` (32·K columns a tile): first column, count (0 .. K).
+template <int K>
+__device__ __forceinline__ int tile_columns(std::int64_t tile, int lane, std::int64_t hidden,
+                                            std::int64_t& c0) {
+  c0 = tile * (32 * K) + static_cast<std::int64_t>(lane) * K;
+  return c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+}
+
+// Grid: x = ceil(windows / 8) blocks of 8 warps, warp w taking window 8·blockIdx.x + w;
+// y = column tiles of 32·K columns (grid-stride over tiles beyond gridDim.y). No __syncthreads.
 template <class T>
-__global__ void __launch_bounds__(kThreads) embedding_segment_kernel(const SegmentArgs<T> a) {
+__global__ void __launch_bounds__(kThreads) embedding_window_kernel(const ChunkArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
-  constexpr int kTile = 32 * K;
-  __shared__ float partial[kWarps][kTile];
+  constexpr int kGroup = 4;  // entries whose dy vectors are loaded before they are added
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t r = blockIdx.x;
-  const std::int64_t lo = lower_bound(a.keys, a.n, static_cast<std::uint32_t>(r));
-  const std::int64_t hi = lower_bound(a.keys, a.n, static_cast<std::uint32_t>(r + 1));
+  const std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
+  if (k >= a.windows) return;
+  const std::int64_t j0 = k * kChunk;
+  const int size = static_cast<int>(a.n - j0 < kChunk ? a.n - j0 : kChunk);  // 1 .. kChunk
+  const auto rows = static_cast<std::uint32_t>(a.rows);
+  const std::uint32_t my_key = lane < size ? a.keys[j0 + lane] : kNoKey;
+  const std::int32_t my_value = lane < size ? a.values[j0 + lane] : -1;
+  const std::uint32_t prev = j0 > 0 ? a.keys[j0 - 1] : kNoKey;
+  const std::uint32_t next = j0 + size < a.n ? a.keys[j0 + size] : kNoKey;
+  // Valid keys (< rows) form a prefix of the sorted array: `used` entries of this window.
+  const int used = __popc(__ballot_sync(0xffffffffu, my_key < rows));
+  if (used == 0) return;
   const std::int64_t hidden = a.hidden;
-  T* __restrict__ out = a.grad + r * hidden;
-  for (std::int64_t tile0 = 0; tile0 < hidden; tile0 += kTile) {
-    const std::int64_t c0 = tile0 + static_cast<std::int64_t>(lane) * K;
-    const int count = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+  for (std::int64_t tile = blockIdx.y; tile * (32 * K) < hidden; tile += gridDim.y) {
+    std::int64_t c0 = 0;
+    const int count = tile_columns<K>(tile, lane, hidden, c0);
     const bool whole = a.vector_path && count == K;
     float acc[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) acc[k] = 0.0f;
-    if (count > 0) {
-#pragma unroll 2
-      for (std::int64_t j = lo + warp; j < hi; j += kWarps) {
-        const std::int64_t i = a.values[j];
-        float g[K];
-        load_floats<T, K>(a.dy + i * hidden + c0, g, count, whole);
-        const auto first = static_cast<std::uint64_t>(i * hidden + c0);
-        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                         : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+    for (int c = 0; c < K; ++c) acc[c] = 0.0f;
+    int piece_begin = 0;
+    for (int e0 = 0; e0 < used; e0 += kGroup) {
+      // Load the group's dy vectors first (independent loads in flight), then add in order.
+      float g[kGroup][K];
+      std::uint32_t keep[kGroup];
 #pragma unroll
-        for (int k = 0; k < K; ++k) acc[k] += g[k] * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
+      for (int q = 0; q < kGroup; ++q) {
+        const int e = e0 + q;
+        const std::int32_t i = __shfl_sync(0xffffffffu, my_value, e & 31);
+        keep[q] = 0;
+        if (e < used && i >= 0 && count > 0) {
+          const std::int64_t at = static_cast<std::int64_t>(i) * hidden + c0;
+          load_floats<T, K>(a.dy + at, g[q], count, whole);
+          const auto first = static_cast<std::uint64_t>(at);
+          keep[q] = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                          : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+        } else {
+#pragma unroll
+          for (int c = 0; c < K; ++c) g[q][c] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kGroup; ++q) {
+        const int e = e0 + q;
+        const std::uint32_t key = __shfl_sync(0xffffffffu, my_key, e & 31);
+        const std::uint32_t after = __shfl_sync(0xffffffffu, my_key, (e + 1) & 31);
+        if (e >= used) break;  // uniform over the warp
+        const std::int32_t i = __shfl_sync(0xffffffffu, my_value, e & 31);
+        if (i >= 0) {
+#pragma unroll
+          for (int c = 0; c < K; ++c) acc[c] += g[q][c] * (((keep[q] >> c) & 1u) != 0 ? a.keep_scale : 0.0f);
+        }
+        const std::uint32_t following = e + 1 < size ? after : next;
+        if (following == key && e + 1 < size) continue;  // the piece goes on in this window
+        // The piece [piece_begin, e] ends: at a segment end or at the window's end.
+        const bool starts_segment = piece_begin > 0 || prev != key;
+        const bool ends_segment = following != key;
+        if (count > 0) {
+          if (starts_segment && ends_segment) {
+            float out[K];
+#pragma unroll
+            for (int c = 0; c < K; ++c) out[c] = a.out_scale * acc[c];
+            store_floats<T, K>(a.grad + static_cast<std::int64_t>(key) * hidden + c0, out, count, whole);
+          } else {
+            const std::int64_t slot = 2 * k + (piece_begin > 0 ? 1 : 0);
+            store_floats<float, K>(a.partial + slot * hidden + c0, acc, count, a.vector_path && count == K);
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < K; ++c) acc[c] = 0.0f;
+        piece_begin = e + 1;
       }
     }
+  }
+}
+
+// Warp w of block x takes window k = 8x + w; it works only when a segment that crosses the end
+// of window k starts in window k: its row = its first piece's partial (slot 2k or 2k + 1) + the
+// partials 2k' of the following windows k' that start with the same key, added in window order,
+// scaled and rounded once.
+template <class T>
+__global__ void __launch_bounds__(kThreads) embedding_merge_kernel(const ChunkArgs<T> a) {
+  constexpr int K = Packed<T>::kSize;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
+  if (k >= a.windows) return;
+  const std::int64_t j0 = k * kChunk;
+  const std::int64_t last = (a.n - j0 < kChunk ? a.n : j0 + kChunk) - 1;
+  const std::uint32_t key = a.keys[last];
+  if (key >= static_cast<std::uint32_t>(a.rows) || last + 1 >= a.n || a.keys[last + 1] != key) return;
+  if (j0 > 0 && a.keys[j0 - 1] == key) return;  // the segment started in an earlier window
+  const std::int64_t first_slot = 2 * k + (a.keys[j0] == key ? 0 : 1);
+  std::int64_t end = k + 1;  // windows k+1 .. end-1 continue the segment
+  while (end < a.windows && a.keys[end * kChunk] == key) ++end;
+  const std::int64_t hidden = a.hidden;
+  const bool vector = a.vector_path;
+  for (std::int64_t tile = blockIdx.y; tile * (32 * K) < hidden; tile += gridDim.y) {
+    std::int64_t c0 = 0;
+    const int count = tile_columns<K>(tile, lane, hidden, c0);
+    if (count == 0) continue;
+    const bool whole = vector && count == K;
+    float acc[K];
+    load_floats<float, K>(a.partial + first_slot * hidden + c0, acc, count, whole);
+    for (std::int64_t w = k + 1; w < end; ++w) {
+      float q[K];
+      load_floats<float, K>(a.partial + 2 * w * hidden + c0, q, count, whole);
 #pragma unroll
-    for (int k = 0; k < K; ++k) partial[warp][lane * K + k] = acc[k];
-    __syncthreads();
-    for (int c = static_cast<int>(threadIdx.x); c < kTile; c += kThreads) {
-      if (tile0 + c >= hidden) break;
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += partial[w][c];
-      out[tile0 + c] = from_float<T>(a.out_scale * sum);
+      for (int c = 0; c < K; ++c) acc[c] += q[c];
     }
-    __syncthreads();  // the partials are rewritten by the next pass
+#pragma unroll
+    for (int c = 0; c < K; ++c) acc[c] *= a.out_scale;
+    store_floats<T, K>(a.grad + static_cast<std::int64_t>(key) * hidden + c0, acc, count, whole);
   }
 }
 
@@ -583,9 +689,13 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
-EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std::size_t sort_temp_bytes) {
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, bool learned,
+                                          std::size_t sort_temp_bytes) {
   SEQBENCH_REQUIRE(tokens >= 0 && tokens <= kMaxTokens,
                    "embedding_sort_layout: tokens " << tokens << " outside [0, " << kMaxTokens << "]");
+  SEQBENCH_REQUIRE(hidden >= 1 && hidden <= std::numeric_limits<std::int32_t>::max(),
+                   "embedding_sort_layout: hidden " << hidden << " outside [1, "
+                                                    << std::numeric_limits<std::int32_t>::max() << "]");
   const std::size_t array = align_up(static_cast<std::size_t>(tokens) * sizeof(std::int32_t));
   EmbeddingSortLayout l;
   std::size_t at = 0;
@@ -600,6 +710,10 @@ EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std
       at += array;
     }
   }
+  const auto windows = static_cast<std::size_t>((tokens + kEmbeddingSortChunk - 1) / kEmbeddingSortChunk);
+  l.partial = at;
+  l.partial_bytes = 2 * windows * static_cast<std::size_t>(hidden) * sizeof(float);
+  at += align_up(l.partial_bytes);
   l.sort_temp = at;
   l.sort_temp_bytes = sort_temp_bytes;
   l.total = at + align_up(sort_temp_bytes);
@@ -617,12 +731,16 @@ std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, co
   require_embedding_args(shape, config, op);
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
+  // Slot-indexed learned positions are not sorted (their order is known): no CUB storage.
+  const bool sort_positions = learned && config.indexing == PositionIndexing::nonpad_count;
   std::size_t temp = 0;
   if (n > 0) {
     temp = sort_temp_bytes(n, embedding_sort_key_bits(shape.vocab), op);
-    if (learned) temp = std::max(temp, sort_temp_bytes(n, embedding_sort_key_bits(shape.num_positions), op));
+    if (sort_positions) {
+      temp = std::max(temp, sort_temp_bytes(n, embedding_sort_key_bits(shape.num_positions), op));
+    }
   }
-  return embedding_sort_layout(n, learned, temp).total;
+  return embedding_sort_layout(n, shape.hidden, learned, temp).total;
 }
 
 template <class T>
@@ -637,7 +755,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
   // The layout without the CUB part first: the pointer checks need no device.
-  const EmbeddingSortLayout arrays = embedding_sort_layout(n, learned, 0);
+  const EmbeddingSortLayout arrays = embedding_sort_layout(n, shape.hidden, learned, 0);
   if (n > 0) {
     require_non_null(workspace, op, "workspace");
     SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % kAlign == 0,
@@ -657,60 +775,94 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
     SEQBENCH_REQUIRE(workspace_bytes >= need,
                      op << ": workspace of " << workspace_bytes << " bytes, needs " << need);
   }
-  const std::size_t temp_bytes = n > 0 ? workspace_bytes - arrays.total : 0;
+  // Both tables: zeroed at copy bandwidth; then only rows that receive a gradient are written.
+  SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
+  if (learned && shape.num_positions > 0) {
+    SEQBENCH_CUDA_CHECK(
+        cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
+  }
+  if (n == 0) return;
+  const std::size_t temp_bytes = workspace_bytes - arrays.total;
   auto* base = static_cast<unsigned char*>(workspace);
   const auto u32 = [&](std::size_t at) { return reinterpret_cast<std::uint32_t*>(base + at); };
   const auto i32 = [&](std::size_t at) { return reinterpret_cast<std::int32_t*>(base + at); };
+  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
 
-  if (n > 0) {
-    KeyArgs k;
-    k.tile = make_tile(tokens, shape, config);
-    k.token_keys = u32(arrays.token_keys_in);
-    k.token_values = i32(arrays.token_values_in);
-    if (learned) {
-      k.position_keys = u32(arrays.position_keys_in);
-      k.position_values = i32(arrays.position_values_in);
-      k.num_positions = shape.num_positions;
-    }
-    if (config.indexing == PositionIndexing::nonpad_count) {
-      embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-    } else {
-      embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-    }
-    SEQBENCH_CUDA_CHECK_LAUNCH();
+  KeyArgs k;
+  k.tile = make_tile(tokens, shape, config);
+  k.token_keys = u32(arrays.token_keys_in);
+  k.token_values = i32(arrays.token_values_in);
+  if (learned && nonpad) {
+    k.position_keys = u32(arrays.position_keys_in);
+    k.position_values = i32(arrays.position_values_in);
+    k.num_positions = shape.num_positions;
   }
+  if (nonpad) {
+    embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+  } else {
+    embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+  }
+  SEQBENCH_CUDA_CHECK_LAUNCH();
 
-  SegmentArgs<T> s;
-  s.dy = dy;
-  s.n = n;
-  s.hidden = shape.hidden;
-  s.p = config.dropout.p;
-  s.keep_scale = dropout_keep_scale(config.dropout.p);
-  s.seed = config.dropout.seed;
-  s.offset = config.dropout.offset;
-  s.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy);
-  // One sort and one segmented reduction per table.
-  const auto reduce_table = [&](T* grad, std::int64_t rows, float out_scale, std::size_t keys_in,
-                                std::size_t values_in, std::size_t keys_out, std::size_t values_out) {
-    if (n > 0) {
-      std::size_t temp = temp_bytes;
-      SEQBENCH_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-          base + arrays.sort_temp, temp, u32(keys_in), u32(keys_out), i32(values_in), i32(values_out),
-          static_cast<int>(n), 0, embedding_sort_key_bits(rows), stream));
-    }
-    s.grad = grad;
-    s.rows = rows;
-    s.out_scale = out_scale;
-    s.keys = n > 0 ? u32(keys_out) : nullptr;
-    s.values = n > 0 ? i32(values_out) : nullptr;
-    embedding_segment_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(s);
+  ChunkArgs<T> c;
+  c.partial = reinterpret_cast<float*>(base + arrays.partial);
+  c.dy = dy;
+  c.n = n;
+  c.windows = (n + kChunk - 1) / kChunk;
+  c.hidden = shape.hidden;
+  c.p = config.dropout.p;
+  c.keep_scale = dropout_keep_scale(config.dropout.p);
+  c.seed = config.dropout.seed;
+  c.offset = config.dropout.offset;
+  constexpr std::int64_t kTileCols = 32 * Packed<T>::kSize;
+  const dim3 grid(
+      static_cast<unsigned>((c.windows + kWarps - 1) / kWarps),
+      static_cast<unsigned>(std::min<std::int64_t>((shape.hidden + kTileCols - 1) / kTileCols, 65535)));
+  // The window and merge kernels over one table's sorted pairs (the partials are reused).
+  const auto reduce_table = [&](T* grad, std::int64_t rows, float out_scale, const std::uint32_t* keys,
+                                const std::int32_t* values) {
+    c.grad = grad;
+    c.rows = rows;
+    c.out_scale = out_scale;
+    c.keys = keys;
+    c.values = values;
+    c.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(grad);
+    embedding_window_kernel<T><<<grid, kThreads, 0, stream>>>(c);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+    embedding_merge_kernel<T><<<grid, kThreads, 0, stream>>>(c);
     SEQBENCH_CUDA_CHECK_LAUNCH();
   };
-  reduce_table(d_token_table, shape.vocab, config.scale, arrays.token_keys_in, arrays.token_values_in,
-               arrays.token_keys_out, arrays.token_values_out);
-  if (learned && shape.num_positions > 0) {
-    reduce_table(d_position_table, shape.num_positions, 1.0f, arrays.position_keys_in,
-                 arrays.position_values_in, arrays.position_keys_out, arrays.position_values_out);
+  const auto sort = [&](std::size_t keys_in, std::size_t values_in, std::size_t keys_out,
+                        std::size_t values_out, std::int64_t rows) {
+    std::size_t temp = temp_bytes;
+    SEQBENCH_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        base + arrays.sort_temp, temp, u32(keys_in), u32(keys_out), i32(values_in), i32(values_out),
+        static_cast<int>(n), 0, embedding_sort_key_bits(rows), stream));
+  };
+  sort(arrays.token_keys_in, arrays.token_values_in, arrays.token_keys_out, arrays.token_values_out,
+       shape.vocab);
+  reduce_table(d_token_table, shape.vocab, config.scale, u32(arrays.token_keys_out),
+               i32(arrays.token_values_out));
+  if (learned) {
+    if (nonpad) {
+      sort(arrays.position_keys_in, arrays.position_values_in, arrays.position_keys_out,
+           arrays.position_values_out, shape.num_positions);
+    } else {
+      SlotKeyArgs sk;
+      sk.tokens = tokens;
+      sk.keys = u32(arrays.position_keys_out);
+      sk.values = i32(arrays.position_values_out);
+      sk.n = static_cast<std::uint32_t>(n);
+      sk.batch = static_cast<std::uint32_t>(shape.batch);
+      sk.len = static_cast<std::uint32_t>(shape.len);
+      sk.position_offset = static_cast<std::uint32_t>(config.position_offset);
+      sk.vocab = static_cast<std::int32_t>(shape.vocab);
+      sk.padding_idx = config.padding_idx;
+      embedding_slot_keys_kernel<<<grid_stride_blocks(n), kThreads, 0, stream>>>(sk);
+      SEQBENCH_CUDA_CHECK_LAUNCH();
+    }
+    reduce_table(d_position_table, shape.num_positions, 1.0f, u32(arrays.position_keys_out),
+                 i32(arrays.position_values_out));
   }
 }
 

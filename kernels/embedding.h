@@ -102,19 +102,39 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 //
 // launch_embedding_bwd_sorted<T>(d_token_table, d_position_table, dy, tokens, shape, config,
 //                                workspace, workspace_bytes, stream)
-//   Deterministic, no float atomics: (1) a key kernel (the forward's mapping) writes the pairs
-//   (token id, b·L + l) and, for learned positions, (position, b·L + l), padding and invalid
-//   tokens keyed past the table (a sentinel) so they sort last and are ignored;
-//   (2) cub::DeviceRadixSort::SortPairs sorts them by key (stable: equal keys keep increasing
-//   b·L + l; the pairs are distinct, so the result does not depend on the algorithm);
-//   (3) one block of 8 warps per table row finds its segment by binary search, warp w sums the
-//   segment's entries w, w+8, ... in order (float, one vector of K columns a lane, 32·K columns
-//   a pass), the 8 warp sums are added in warp order, scaled and rounded once to T: the summation
-//   order is a function of the tokens only, so the result is bitwise reproducible on any GPU.
-//   Every table row is written exactly once (zero rows included): no memset.
-//   Traffic: as the atomic one, plus 4 int32 arrays of B·L (8 learned) through the workspace and
-//   the sort's passes (a few B·L·8 bytes; small next to B·L·H·sizeof(T)).
-//   Workspace: embedding_bwd_sorted_workspace_bytes(shape, config) bytes, 256-byte aligned. That
+//   Deterministic, no float atomics (the scheme of PyTorch's embedding_backward_cuda_kernel, with
+//   chunks fixed by the sorted order):
+//   (1) cudaMemsetAsync zeroes both tables (copy bandwidth); only rows that receive a gradient
+//       are written again below;
+//   (2) a key kernel (the forward's mapping) writes the pairs (token id, b·L + l), padding and
+//       invalid tokens keyed past the table (a sentinel) so they sort last and are ignored;
+//       cub::DeviceRadixSort::SortPairs sorts them (stable: equal keys keep increasing b·L + l;
+//       the pairs are distinct, so the result does not depend on the algorithm);
+//   (3) the sorted array is cut into windows of kEmbeddingSortChunk = 32 entries; one warp per
+//       window (grid x: windows/8 blocks of 8 warps; grid y: column tiles of 32·K columns, lane j
+//       holding columns 32·K·tile + j·K .. +K-1) loads the window's keys and values with one
+//       coalesced access, then sums each piece (the entries of one key inside the window) in
+//       entry order in float, loading 4 dy vectors before adding them. A piece that is a whole
+//       segment (the common case: a token used a few times) is scaled, rounded once to T and
+//       written to its row; a piece of a segment that crosses a window boundary is written as a
+//       float partial row (at most 2 per window: slot 2k for the piece that starts window k,
+//       2k + 1 for the one that leaves it);
+//   (4) a merge kernel (same grid) adds each crossing segment's partials in window order, scales
+//       and rounds once. A token used m times is summed by ceil(m/32) + 1 warps in parallel
+//       instead of serially; float summation depth <= min(m, 32) + ceil(m/32).
+//   Both orders depend on the tokens and the constant 32 only: bitwise reproducible on any GPU.
+//   Learned positions: with nonpad_count indexing a second key kernel output and sort; with slot
+//   indexing no sort at all: position offset + l receives the entries b·L + l in increasing b,
+//   so one elementwise kernel writes that order directly (keys offset + l, padding entries
+//   marked skip) and (3)-(4) run on it.
+//   Traffic: (vocab + num_positions)·H·sizeof(T) zeroed; B·L·4 tokens read; dy read once per
+//   table: B·L·H·sizeof(T) (x2 with learned positions: the two reductions are separate passes);
+//   D·H·sizeof(T) written for the D distinct rows with a gradient; per table a few B·L·4-byte
+//   arrays (keys/values, the sort's passes); float partials written and read back only for
+//   segments crossing a window boundary: at most 2·ceil(B·L/32)·H·4 bytes (~B·L·H/4), in
+//   practice about H·4 bytes per frequent token per 32 uses.
+//   Workspace: embedding_bwd_sorted_workspace_bytes(shape, config) bytes, 256-byte aligned:
+//   the key/value arrays, the partials (2·ceil(B·L/32)·H floats) and CUB's storage. That
 //   function asks CUB for its temporary storage, which needs the CUDA device the launch runs on
 //   (it throws without one); embedding_sort_layout() is the host-only part of the arithmetic.
 //
@@ -126,19 +146,25 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
                                  const EmbeddingConfig& config, cudaStream_t stream);
 
+// Entries per window of the sorted backward's chunked reduction (fixed: it defines the order).
+inline constexpr int kEmbeddingSortChunk = 32;
+
 // Byte offsets inside the sorted backward's workspace: four int32 arrays of `tokens` elements
-// (keys and values, in and out) per sorted table, then the CUB temporary storage; every part
-// starts at a multiple of 256 bytes.
+// (keys and values, in and out) per table (slot-indexed learned positions use only the "out"
+// pair), the float partial rows [2·ceil(tokens/32), hidden], then the CUB temporary storage;
+// every part starts at a multiple of 256 bytes.
 struct EmbeddingSortLayout {
   std::size_t token_keys_in = 0, token_values_in = 0, token_keys_out = 0, token_values_out = 0;
   std::size_t position_keys_in = 0, position_values_in = 0, position_keys_out = 0, position_values_out = 0;
+  std::size_t partial = 0, partial_bytes = 0;
   std::size_t sort_temp = 0, sort_temp_bytes = 0;
   std::size_t total = 0;
 };
 
-// Host only: the layout for B·L = tokens pairs, with a second (position) sort when `learned`,
-// and `sort_temp_bytes` of CUB temporary storage.
-EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std::size_t sort_temp_bytes);
+// Host only: the layout for B·L = tokens pairs of rows of `hidden` columns, with position
+// arrays when `learned`, and `sort_temp_bytes` of CUB temporary storage.
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, bool learned,
+                                          std::size_t sort_temp_bytes);
 
 // The number of key bits the sort looks at for keys in [0, sentinel]: bit_width(sentinel).
 int embedding_sort_key_bits(std::int64_t sentinel);

@@ -259,8 +259,14 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
 //               to T, the position table rounded to T (sinusoids: via float, u + v), the add
 //               rounded to T, then as dropout_apply_u8)
 //   Row sums (A = |out_scale|·Σ_i |g_i| over the m tokens of the row, g = dy·keep·ks exact):
-//   sorted    : u|want| + η + (D + 4)·v·A, D = ceil(m/8) + 8 the float summation depth of the
-//               fixed order (each warp's chain, then 8 warp sums; Higham §4.2), 3v for g, 1v scale
+//   sorted    : u|want| + η + (D + 4)·v·A, D = min(m, 32) + ceil(s/32) bounds the float
+//               summation depth of the fixed order (Higham §4.2): each piece (a segment's entries
+//               inside one window of 32 sorted entries) is a chain of <= min(m, 32) terms started
+//               from 0 (<= min(m, 32) - 1 rounded adds); the segment's s consecutive sorted entries
+//               touch P <= floor((s-1)/32) + 2 <= ceil(s/32) + 1 windows, whose partials are
+//               chained (P - 1 adds); s = m for token rows and nonpad_count positions, s = B for
+//               slot-indexed positions (their segments keep the padding entries, skipped: adds
+//               nothing). 3v for g, 1v scale
 //   atomic    : u|want| + m·(u·A + η) + 5v·A   (each of the m adds rounds to T; exact for fp32's
 //               u = v up to the order)
 //   unfused   : u|want| + (m + 2)·(u·A + η) + 5v·A   (g and s·g stored in T, m T atomics)
@@ -268,8 +274,8 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
 const char* kRule =
     "per element bounds derived in suites/operators/embedding.cu: u_T + eta_T per rounding to T, u_f32 per "
     "float "
-    "op, 24 u_f32 position + 4 u_f32 for the in-kernel sinusoid, (ceil(m/8) + 8) u_f32 for the sorted row "
-    "sums, "
+    "op, 24 u_f32 position + 4 u_f32 for the in-kernel sinusoid, (min(m, 32) + ceil(s/32)) u_f32 for the "
+    "sorted row sums (s = segment length in sorted order), "
     "m u_T for T atomics; dropped elements, padding rows and unused gradient rows exact";
 
 struct Tallies {
@@ -323,6 +329,14 @@ std::vector<Case> make_cases(std::uint64_t seed) {
     c.shape.batch =
         1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::max<std::int64_t>(
                                                   1, std::min<std::int64_t>(9, max_tokens / c.shape.len))));
+    // A third of the cases: short rows in a large batch, so slot-indexed position rows collect more than
+    // 32 sorted entries (the windowed reduction's merge of partials) and L = 1 .. 4 tiles.
+    if (i % 6 == 2 || i % 6 == 3) {
+      c.shape.len = 1 + static_cast<std::int64_t>(rng() % 4);
+      c.shape.batch = 1 + static_cast<std::int64_t>(
+                              rng() % static_cast<std::uint64_t>(std::max<std::int64_t>(
+                                          1, std::min<std::int64_t>(300, max_tokens / c.shape.len))));
+    }
     // Small vocabularies make long segments (a row used many times); some large ones.
     const std::int64_t vocabs[] = {1, 2, 7, 50, 300, 5000};
     c.shape.vocab = vocabs[rng() % 6];
@@ -500,7 +514,11 @@ void check_case(const Case& c, Tallies& t) {
     }
     for (ref::Index r = 0; r < rows; ++r) {
       const double m = count[static_cast<std::size_t>(r)];
-      const double depth = std::ceil(m / 8) + 8;
+      // Sorted entries of the row's segment: B for slot-indexed positions (padding kept, skipped).
+      const double seg =
+          by_position && config.indexing == PositionIndexing::slot ? static_cast<double>(shape.batch) : m;
+      const double depth = std::min(m, static_cast<double>(kernels::kEmbeddingSortChunk)) +
+                           std::ceil(seg / kernels::kEmbeddingSortChunk);
       for (std::int64_t col = 0; col < h; ++col) {
         const auto idx = static_cast<std::size_t>(r * h + col);
         const double w = want_t(r, col), A = abs_sum[idx];

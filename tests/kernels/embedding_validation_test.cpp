@@ -38,29 +38,44 @@ EmbeddingConfig learned_config() {
   return c;
 }
 
-TEST(EmbeddingSortLayout, FourArraysPerTableThenTheSortStorage) {
-  const EmbeddingSortLayout one = embedding_sort_layout(1000, false, 777);
+TEST(EmbeddingSortLayout, FourArraysPerTableThenThePartialsThenTheSortStorage) {
+  // 1000 pairs: 4000-byte arrays rounded up to 4096; 32 windows of 32 entries, 2 partial rows
+  // each of 100 floats: 25600 bytes (a multiple of 256).
+  EXPECT_EQ(kEmbeddingSortChunk, 32);
+  const EmbeddingSortLayout one = embedding_sort_layout(1000, 100, false, 777);
   EXPECT_EQ(one.token_keys_in, 0u);
-  EXPECT_EQ(one.token_values_in, 4096u);  // 4000 bytes rounded up to 256
+  EXPECT_EQ(one.token_values_in, 4096u);
   EXPECT_EQ(one.token_values_out, 3u * 4096u);
-  EXPECT_EQ(one.sort_temp, 4u * 4096u);
-  EXPECT_EQ(one.total, 4u * 4096u + 1024u);
-  const EmbeddingSortLayout two = embedding_sort_layout(1000, true, 0);
+  EXPECT_EQ(one.partial, 4u * 4096u);
+  EXPECT_EQ(one.partial_bytes, 2u * 32u * 100u * 4u);
+  EXPECT_EQ(one.sort_temp, 4u * 4096u + 25600u);
+  EXPECT_EQ(one.total, 4u * 4096u + 25600u + 1024u);
+  const EmbeddingSortLayout two = embedding_sort_layout(1000, 3, true, 0);
   EXPECT_EQ(two.position_keys_in, 4u * 4096u);
   EXPECT_EQ(two.position_values_out, 7u * 4096u);
-  EXPECT_EQ(two.total, 8u * 4096u);
-  EXPECT_EQ(embedding_sort_layout(0, true, 0).total, 0u);
-  for (const std::int64_t n : {1, 3, 63, 64, 65, 16384}) {
-    const EmbeddingSortLayout l = embedding_sort_layout(n, true, 5);
-    for (const std::size_t at :
-         {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out, l.position_keys_in,
-          l.position_values_in, l.position_keys_out, l.position_values_out, l.sort_temp}) {
-      EXPECT_EQ(at % 256, 0u) << n;
+  EXPECT_EQ(two.partial, 8u * 4096u);
+  EXPECT_EQ(two.partial_bytes, 2u * 32u * 3u * 4u);  // 768 bytes, rounded up to 768
+  EXPECT_EQ(two.total, 8u * 4096u + 768u);
+  // 33 pairs: 2 windows (the second holds 1 entry).
+  EXPECT_EQ(embedding_sort_layout(33, 5, false, 0).partial_bytes, 2u * 2u * 5u * 4u);
+  EXPECT_EQ(embedding_sort_layout(0, 7, true, 0).total, 0u);
+  for (const std::int64_t n : {1, 3, 31, 32, 33, 63, 64, 65, 16384}) {
+    for (const std::int64_t h : {1, 3, 8, 1023}) {
+      const EmbeddingSortLayout l = embedding_sort_layout(n, h, true, 5);
+      for (const std::size_t at :
+           {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out, l.position_keys_in,
+            l.position_values_in, l.position_keys_out, l.position_values_out, l.partial, l.sort_temp}) {
+        EXPECT_EQ(at % 256, 0u) << n;
+      }
+      EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
+      const auto windows = static_cast<std::size_t>((n + 31) / 32);
+      EXPECT_EQ(l.partial_bytes, 2 * windows * static_cast<std::size_t>(h) * 4) << n << " " << h;
+      EXPECT_GE(l.sort_temp - l.partial, l.partial_bytes);
+      EXPECT_GE(l.total, l.sort_temp + 5);
     }
-    EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
-    EXPECT_GE(l.total, l.sort_temp + 5);
   }
-  expect_error([] { embedding_sort_layout(-1, false, 0); }, "embedding_sort_layout: tokens -1");
+  expect_error([] { embedding_sort_layout(-1, 8, false, 0); }, "embedding_sort_layout: tokens -1");
+  expect_error([] { embedding_sort_layout(8, 0, false, 0); }, "embedding_sort_layout: hidden 0 outside [1, ");
 }
 
 TEST(EmbeddingSortLayout, KeyBitsCoverTheSentinel) {
@@ -166,7 +181,7 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
       "embedding_bwd_sorted: workspace is null");
   expect_error(
       [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, ws, 100, nullptr); },
-      "workspace of 100 bytes, needs at least " + std::to_string(embedding_sort_layout(8, true, 0).total));
+      "workspace of 100 bytes, needs at least " + std::to_string(embedding_sort_layout(8, 8, true, 0).total));
   expect_error(
       [&] {
         launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, static_cast<char*>(ws) + 4,
