@@ -493,6 +493,16 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
+// A tensor argument: non-null and aligned to its element (misaligned element accesses fault on
+// the device; the kernels' vector paths additionally test 16-byte alignment themselves).
+template <class E>
+void require_tensor(const E* ptr, const char* op, const char* name) {
+  require_non_null(ptr, op, name);
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(ptr) % alignof(E) == 0,
+                   op << ": " << name << " (" << static_cast<const void*>(ptr) << ") is not aligned to "
+                      << alignof(E) << " bytes");
+}
+
 bool aligned16(const void* ptr) {
   return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
 }
@@ -540,11 +550,11 @@ void require_bwd_pointers(T* d_token_table, T* d_position_table, const T* dy, co
   const std::size_t pos_bytes = learned ? table_bytes<T>(shape.num_positions, shape.hidden) : 0;
   const std::size_t dy_bytes = table_bytes<T>(n, shape.hidden);
   const std::size_t tokens_bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
-  require_non_null(d_token_table, op, "d_token_table");
-  if (learned && pos_bytes > 0) require_non_null(d_position_table, op, "d_position_table");
+  require_tensor(d_token_table, op, "d_token_table");
+  if (learned && pos_bytes > 0) require_tensor(d_position_table, op, "d_position_table");
   if (n > 0) {
-    require_non_null(dy, op, "dy");
-    require_non_null(tokens, op, "tokens");
+    require_tensor(dy, op, "dy");
+    require_tensor(tokens, op, "tokens");
   }
   require_disjoint(d_token_table, tok_bytes, dy, dy_bytes, op, "d_token_table", "dy");
   require_disjoint(d_token_table, tok_bytes, tokens, tokens_bytes, op, "d_token_table", "tokens");
@@ -630,10 +640,10 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   if (n == 0) return;
   const bool learned = config.positions == PositionEncoding::learned;
   const std::size_t y_bytes = table_bytes<T>(n, shape.hidden);
-  require_non_null(y, op, "y");
-  require_non_null(tokens, op, "tokens");
-  require_non_null(token_table, op, "token_table");
-  if (learned) require_non_null(position_table, op, "position_table");
+  require_tensor(y, op, "y");
+  require_tensor(tokens, op, "tokens");
+  require_tensor(token_table, op, "token_table");
+  if (learned) require_tensor(position_table, op, "position_table");
   require_disjoint(y, y_bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
   require_disjoint(y, y_bytes, token_table, table_bytes<T>(shape.vocab, shape.hidden), op, "y",
                    "token_table");
@@ -877,8 +887,8 @@ void launch_embedding_positions(std::int32_t* positions, const std::int32_t* tok
   require_embedding_args(shape, config, op);
   const std::int64_t n = shape.tokens();
   if (n == 0) return;
-  require_non_null(positions, op, "positions");
-  require_non_null(tokens, op, "tokens");
+  require_tensor(positions, op, "positions");
+  require_tensor(tokens, op, "tokens");
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
   require_disjoint(positions, bytes, tokens, bytes, op, "positions", "tokens");
   KeyArgs k;
@@ -909,9 +919,9 @@ void launch_gather_rows(T* y, const T* table, std::int64_t table_rows, const std
   SEQBENCH_REQUIRE(table_rows >= 1, op << ": table_rows " << table_rows << " must be >= 1");
   require_matrix_shape(table_rows, hidden, op);
   if (n == 0) return;
-  require_non_null(y, op, "y");
-  require_non_null(table, op, "table");
-  require_non_null(index, op, "index");
+  require_tensor(y, op, "y");
+  require_tensor(table, op, "table");
+  require_tensor(index, op, "index");
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, table, table_bytes<T>(table_rows, hidden), op, "y", "table");
   require_disjoint(y, bytes, index, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "index");
@@ -926,8 +936,8 @@ void launch_scale(T* y, const T* x, std::size_t count, float scale, cudaStream_t
   constexpr const char* op = "scale";
   SEQBENCH_REQUIRE(count <= (std::size_t{1} << 62), op << ": count " << count << " > 2^62");
   if (count == 0) return;
-  require_non_null(y, op, "y");
-  require_non_null(x, op, "x");
+  require_tensor(y, op, "y");
+  require_tensor(x, op, "x");
   require_disjoint(y, count * sizeof(T), x, count * sizeof(T), op, "y", "x");
   const auto total = static_cast<std::int64_t>(count);
   scale_kernel<T><<<grid_stride_blocks(total), kThreads, 0, stream>>>(y, x, total, scale);
@@ -942,9 +952,9 @@ void launch_zero_padding_rows(T* y, const T* x, const std::int32_t* tokens, std:
   require_rows(n, hidden, op);
   SEQBENCH_REQUIRE(padding_idx >= -1, op << ": padding_idx " << padding_idx << " < -1");
   if (n == 0) return;
-  require_non_null(y, op, "y");
-  require_non_null(x, op, "x");
-  require_non_null(tokens, op, "tokens");
+  require_tensor(y, op, "y");
+  require_tensor(x, op, "x");
+  require_tensor(tokens, op, "tokens");
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, x, bytes, op, "y", "x");
   require_disjoint(y, bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
@@ -964,10 +974,10 @@ void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, cons
   require_matrix_shape(grad_rows, hidden, op);
   SEQBENCH_REQUIRE(padding_idx >= -1, op << ": padding_idx " << padding_idx << " < -1");
   if (n == 0) return;
-  require_non_null(grad, op, "grad");
-  require_non_null(src, op, "src");
-  require_non_null(index, op, "index");
-  require_non_null(tokens, op, "tokens");
+  require_tensor(grad, op, "grad");
+  require_tensor(src, op, "src");
+  require_tensor(index, op, "index");
+  require_tensor(tokens, op, "tokens");
   const std::size_t grad_bytes = table_bytes<T>(grad_rows, hidden);
   const std::size_t index_bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
   require_disjoint(grad, grad_bytes, src, table_bytes<T>(n, hidden), op, "grad", "src");

@@ -25,6 +25,12 @@ T* fake(std::uintptr_t slot) {
   return reinterpret_cast<T*>(slot << 32);
 }
 
+// `ptr` moved by `bytes` (a misaligned tensor).
+template <class T>
+T* shifted(T* ptr, std::uintptr_t bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(ptr) + bytes);
+}
+
 EmbeddingShape shape_of(std::int64_t b, std::int64_t l, std::int64_t h, std::int64_t vocab,
                         std::int64_t pos = 0) {
   return EmbeddingShape{b, l, h, vocab, pos};
@@ -196,6 +202,60 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   expect_error(
       [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, bad, ws, 1 << 20, nullptr); },
       "embedding_bwd_sorted: padding_idx 11");
+}
+
+TEST(EmbeddingLaunchers, RejectTensorsNotAlignedToTheirElement) {
+  const EmbeddingShape s = shape_of(2, 4, 8, 10, 4);
+  const EmbeddingConfig c = learned_config();
+  const std::int32_t* tokens = fake<std::int32_t>(2);
+  float* y = fake<float>(1);
+  const float *table = fake<float>(3), *pos = fake<float>(4);
+  expect_error([&] { launch_embedding_fwd<float>(shifted(y, 2), tokens, table, pos, s, c, nullptr); },
+               "embedding_fwd: y (0x100000002) is not aligned to 4 bytes");
+  expect_error([&] { launch_embedding_fwd<float>(y, shifted(tokens, 1), table, pos, s, c, nullptr); },
+               "embedding_fwd: tokens (0x200000001) is not aligned to 4 bytes");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, shifted(table, 3), pos, s, c, nullptr); },
+               "embedding_fwd: token_table (0x300000003) is not aligned to 4 bytes");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, shifted(pos, 2), s, c, nullptr); },
+               "embedding_fwd: position_table (0x400000002) is not aligned to 4 bytes");
+  __half* dt = fake<__half>(5);
+  __half* dp = fake<__half>(6);
+  const __half* dy = fake<__half>(7);
+  expect_error([&] { launch_embedding_bwd_atomic<__half>(shifted(dt, 1), dp, dy, tokens, s, c, nullptr); },
+               "embedding_bwd_atomic: d_token_table (0x500000001) is not aligned to 2 bytes");
+  expect_error([&] { launch_embedding_bwd_atomic<__half>(dt, shifted(dp, 1), dy, tokens, s, c, nullptr); },
+               "embedding_bwd_atomic: d_position_table (0x600000001) is not aligned to 2 bytes");
+  expect_error([&] { launch_embedding_bwd_atomic<__half>(dt, dp, shifted(dy, 1), tokens, s, c, nullptr); },
+               "embedding_bwd_atomic: dy (0x700000001) is not aligned to 2 bytes");
+  void* ws = fake<void>(8);
+  expect_error(
+      [&] {
+        launch_embedding_bwd_sorted<__half>(dt, dp, shifted(dy, 1), tokens, s, c, ws, 1 << 20, nullptr);
+      },
+      "embedding_bwd_sorted: dy (0x700000001) is not aligned to 2 bytes");
+  expect_error(
+      [&] {
+        launch_embedding_bwd_sorted<__half>(dt, dp, dy, shifted(tokens, 2), s, c, ws, 1 << 20, nullptr);
+      },
+      "embedding_bwd_sorted: tokens (0x200000002) is not aligned to 4 bytes");
+  // The baseline kernels.
+  expect_error([&] { launch_gather_rows<float>(y, shifted(table, 1), 3, tokens, 4, 8, nullptr); },
+               "gather_rows: table (0x300000001) is not aligned to 4 bytes");
+  expect_error([&] { launch_gather_rows<float>(y, table, 3, shifted(tokens, 2), 4, 8, nullptr); },
+               "gather_rows: index (0x200000002) is not aligned to 4 bytes");
+  expect_error([&] { launch_scale<__half>(shifted(dt, 1), dy, 8, 2.0f, nullptr); },
+               "scale: y (0x500000001) is not aligned to 2 bytes");
+  expect_error([&] { launch_zero_padding_rows<float>(y, shifted(table, 2), tokens, 4, 8, 0, nullptr); },
+               "zero_padding_rows: x (0x300000002) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_scatter_add_rows<float>(shifted(y, 1), 3, table, tokens, tokens, 0, 4, 8, nullptr); },
+      "scatter_add_rows: grad (0x100000001) is not aligned to 4 bytes");
+  expect_error(
+      [&] {
+        launch_embedding_positions(shifted(fake<std::int32_t>(9), 2), tokens, shape_of(2, 4, 8, 10),
+                                   EmbeddingConfig{}, nullptr);
+      },
+      "embedding_positions: positions (0x900000002) is not aligned to 4 bytes");
 }
 
 TEST(EmbeddingBaseline, ValidatesItsArguments) {
