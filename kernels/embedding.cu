@@ -2,6 +2,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
 #include <type_traits>
@@ -25,18 +26,21 @@ constexpr std::int64_t kMaxSinusoidPosition = std::int64_t{1} << 24;            
 constexpr std::size_t kAlign = 256;
 
 // ---------------------------------------------------------------------------------------------
-// The token tile: block x owns slots l0 .. l0+7 of row b (b = x / tiles, l0 = 8·(x % tiles));
-// warp w takes slot l0 + w. Every thread of the block must call tile_slot (it synchronizes).
+// Tokens are tiled flat: warp w of block x takes token i = 8x + w of the B·L tokens (b = i / L,
+// l = i % L), so no warp idles whatever L is. nonpad_count positions come from the positions
+// pre-pass (embedding_positions_kernel) through the caller's workspace.
 
 struct TileArgs {
   const std::int32_t* tokens = nullptr;
-  std::int64_t len = 0, tiles_per_row = 0, vocab = 0;
+  const std::int32_t* positions = nullptr;  // nonpad_count: position(b, l) per token (pre-pass)
+  std::uint32_t n = 0, len = 0;             // B·L <= 2^31 - 1
+  std::int64_t vocab = 0;
   std::int32_t padding_idx = -1;
   std::int64_t position_offset = 0;
 };
 
 struct Slot {
-  bool active = false;   // l < L
+  bool active = false;   // i < B·L
   bool padding = false;  // token == padding_idx
   bool valid = false;    // active, not padding, token in [0, vocab)
   std::int32_t token = 0;
@@ -48,41 +52,73 @@ __device__ __forceinline__ bool is_padding(std::int32_t token, std::int32_t padd
   return padding_idx >= 0 && token == padding_idx;
 }
 
+// Token i of the flat tiling; inactive past B·L.
 template <bool kNonpad>
-__device__ __forceinline__ Slot tile_slot(const TileArgs& a) {
-  __shared__ int warp_counts[kWarps];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t b = blockIdx.x / a.tiles_per_row;
-  const std::int64_t l0 = (blockIdx.x % a.tiles_per_row) * kWarps;
-  const std::int32_t* row = a.tokens + b * a.len;
+__device__ __forceinline__ Slot token_slot(const TileArgs& a, std::uint32_t i) {
   Slot s;
-  s.index = b * a.len + l0 + warp;
-  s.active = l0 + warp < a.len;
-  std::int64_t before = l0 + warp;  // slot indexing: the position is the slot
-  if constexpr (kNonpad) {
-    // Non-padding tokens in [0, l0): all threads, then the 8 warp sums in warp order.
-    int count = 0;
-    for (std::int64_t j = threadIdx.x; j < l0; j += kThreads)
-      count += is_padding(row[j], a.padding_idx) ? 0 : 1;
-#pragma unroll
-    for (int s_ = 16; s_ > 0; s_ >>= 1) count += __shfl_xor_sync(0xffffffffu, count, s_);
-    if (lane == 0) warp_counts[warp] = count;
-    __syncthreads();
-    int base = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) base += warp_counts[w];
-    // ... plus the non-padding tokens among slots l0 .. l0+warp-1 of the tile: one ballot.
-    const bool nonpad = lane < kWarps && l0 + lane < a.len && !is_padding(row[l0 + lane], a.padding_idx);
-    const unsigned ballot = __ballot_sync(0xffffffffu, nonpad);
-    before = base + __popc(ballot & ((1u << warp) - 1u));
-  }
+  s.index = i;
+  s.active = i < a.n;
   if (s.active) {
-    s.token = row[l0 + warp];
+    s.token = a.tokens[i];
     s.padding = is_padding(s.token, a.padding_idx);
     s.valid = !s.padding && s.token >= 0 && s.token < a.vocab;
-    s.position = a.position_offset + before;
+    s.position = kNonpad ? static_cast<std::int64_t>(a.positions[i]) : a.position_offset + i % a.len;
   }
   return s;
+}
+
+__device__ __forceinline__ std::uint32_t warp_token() {
+  return blockIdx.x * static_cast<std::uint32_t>(kWarps) + threadIdx.x / 32;
+}
+
+// The positions pre-pass: block b scans row b (256 threads, 4 consecutive slots a thread, 1024
+// slots a step; cub::BlockScan of the per-thread non-padding counts) and writes
+// positions[b·L + l] = offset + (slot: l | nonpad_count: non-padding tokens before l), padding
+// slots included. Traffic: B·L·4 read + B·L·4 written.
+struct PositionArgs {
+  const std::int32_t* tokens = nullptr;
+  std::int32_t* positions = nullptr;
+  std::int64_t len = 0;
+  std::int32_t padding_idx = -1;
+  std::int32_t position_offset = 0;  // offset + L <= 2^31 - 2
+};
+
+template <bool kNonpad>
+__global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const PositionArgs a) {
+  constexpr int kPer = 4;
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * a.len;
+  const std::int32_t* tokens = a.tokens + row;
+  std::int32_t* out = a.positions + row;
+  std::int32_t before = 0;  // non-padding tokens before this step
+  for (std::int64_t l0 = 0; l0 < a.len; l0 += kThreads * kPer) {
+    const std::int64_t l = l0 + static_cast<std::int64_t>(threadIdx.x) * kPer;
+    if constexpr (kNonpad) {
+      bool nonpad[kPer];
+      int count = 0;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        nonpad[q] = l + q < a.len && !is_padding(tokens[l + q], a.padding_idx);
+        count += nonpad[q] ? 1 : 0;
+      }
+      int prefix = 0, total = 0;
+      Scan(scan).ExclusiveSum(count, prefix, total);
+      __syncthreads();  // the scan storage is reused by the next step
+      std::int32_t at = a.position_offset + before + prefix;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        if (l + q < a.len) out[l + q] = at;
+        at += nonpad[q] ? 1 : 0;
+      }
+      before += total;
+    } else {
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        if (l + q < a.len) out[l + q] = a.position_offset + static_cast<std::int32_t>(l + q);
+      }
+    }
+  }
 }
 
 // The sinusoid of column `col` at `position`: sin for col < half, cos for half <= col < 2·half,
@@ -111,7 +147,7 @@ struct FwdArgs {
 template <class T, bool kLearned, bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
-  const Slot s = tile_slot<kNonpad>(a.tile);
+  const Slot s = token_slot<kNonpad>(a.tile, warp_token());
   if (!s.active) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t hidden = a.hidden;
@@ -192,7 +228,7 @@ struct BwdArgs {
 template <class T, bool kLearned, bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_bwd_atomic_kernel(const BwdArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
-  const Slot s = tile_slot<kNonpad>(a.tile);
+  const Slot s = token_slot<kNonpad>(a.tile, warp_token());
   if (!s.valid) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t hidden = a.hidden;
@@ -226,26 +262,24 @@ struct KeyArgs {
   std::int32_t* token_values = nullptr;  // b·L + l
   std::uint32_t* position_keys = nullptr;
   std::int32_t* position_values = nullptr;
-  std::int32_t* positions = nullptr;  // the baseline's make_positions: position(b, l), padding included
   std::int64_t num_positions = 0;
 };
 
+// One thread per token (grid-stride).
 template <bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs a) {
-  const Slot s = tile_slot<kNonpad>(a.tile);
-  if (!s.active || threadIdx.x % 32 != 0) return;
-  const auto i = static_cast<std::int32_t>(s.index);
-  if (a.token_keys != nullptr) {
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.tile.n; i += stride) {
+    const Slot s = token_slot<kNonpad>(a.tile, i);
     a.token_keys[i] =
         s.valid ? static_cast<std::uint32_t>(s.token) : static_cast<std::uint32_t>(a.tile.vocab);
-    a.token_values[i] = i;
+    a.token_values[i] = static_cast<std::int32_t>(i);
+    if (a.position_keys != nullptr) {
+      a.position_keys[i] =
+          s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
+      a.position_values[i] = static_cast<std::int32_t>(i);
+    }
   }
-  if (a.position_keys != nullptr) {
-    a.position_keys[i] =
-        s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
-    a.position_values[i] = i;
-  }
-  if (a.positions != nullptr) a.positions[i] = static_cast<std::int32_t>(s.position);
 }
 
 // Slot-indexed learned positions need no sort: position offset + l receives the entries
@@ -507,19 +541,53 @@ bool aligned16(const void* ptr) {
   return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
 }
 
-TileArgs make_tile(const std::int32_t* tokens, const EmbeddingShape& shape, const EmbeddingConfig& config) {
+TileArgs make_tile(const std::int32_t* tokens, const std::int32_t* positions, const EmbeddingShape& shape,
+                   const EmbeddingConfig& config) {
   TileArgs t;
   t.tokens = tokens;
-  t.len = shape.len;
-  t.tiles_per_row = (shape.len + kWarps - 1) / kWarps;
+  t.positions = positions;
+  t.n = static_cast<std::uint32_t>(shape.tokens());
+  t.len = static_cast<std::uint32_t>(shape.len);
   t.vocab = shape.vocab;
   t.padding_idx = config.padding_idx;
   t.position_offset = config.position_offset;
   return t;
 }
 
+// Blocks of 8 warps, a warp per token: ceil(B·L / 8) <= 2^28.
 unsigned tile_blocks(const EmbeddingShape& shape) {
-  return static_cast<unsigned>(shape.batch * ((shape.len + kWarps - 1) / kWarps));
+  return static_cast<unsigned>((shape.tokens() + kWarps - 1) / kWarps);
+}
+
+// The positions pre-pass into `positions` (B·L int32), one block per row.
+void run_positions(std::int32_t* positions, const std::int32_t* tokens, const EmbeddingShape& shape,
+                   const EmbeddingConfig& config, cudaStream_t stream) {
+  PositionArgs a;
+  a.tokens = tokens;
+  a.positions = positions;
+  a.len = shape.len;
+  a.padding_idx = config.padding_idx;
+  a.position_offset = static_cast<std::int32_t>(config.position_offset);
+  if (config.indexing == PositionIndexing::nonpad_count) {
+    embedding_positions_kernel<true><<<static_cast<unsigned>(shape.batch), kThreads, 0, stream>>>(a);
+  } else {
+    embedding_positions_kernel<false><<<static_cast<unsigned>(shape.batch), kThreads, 0, stream>>>(a);
+  }
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// The fused forward's and the atomic backward's workspace: nonpad_count positions (B·L int32)
+// computed by the pre-pass; null (nothing to do) for slot indexing. Validates the workspace.
+const std::int32_t* prepare_positions(const std::int32_t* tokens, const EmbeddingShape& shape,
+                                      const EmbeddingConfig& config, void* workspace,
+                                      std::size_t workspace_bytes, const char* op, cudaStream_t stream) {
+  if (config.indexing != PositionIndexing::nonpad_count) return nullptr;
+  const std::size_t need = static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t);
+  require_workspace(workspace, workspace_bytes, need, op);
+  require_disjoint(workspace, need, tokens, need, op, "workspace", "tokens");
+  auto* positions = static_cast<std::int32_t*>(workspace);
+  run_positions(positions, tokens, shape, config, stream);
+  return positions;
 }
 
 // Calls fn(std::bool_constant<learned>, std::bool_constant<nonpad>).
@@ -568,12 +636,13 @@ void require_bwd_pointers(T* d_token_table, T* d_position_table, const T* dy, co
 
 template <class T>
 BwdArgs<T> make_bwd_args(T* d_token_table, T* d_position_table, const T* dy, const std::int32_t* tokens,
-                         const EmbeddingShape& shape, const EmbeddingConfig& config) {
+                         const std::int32_t* positions, const EmbeddingShape& shape,
+                         const EmbeddingConfig& config) {
   BwdArgs<T> a;
   a.d_token_table = d_token_table;
   a.d_position_table = d_position_table;
   a.dy = dy;
-  a.tile = make_tile(tokens, shape, config);
+  a.tile = make_tile(tokens, positions, shape, config);
   a.hidden = shape.hidden;
   a.scale = config.scale;
   a.p = config.dropout.p;
@@ -632,7 +701,8 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 
 template <class T>
 void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table, const T* position_table,
-                          const EmbeddingShape& shape, const EmbeddingConfig& config, cudaStream_t stream) {
+                          const EmbeddingShape& shape, const EmbeddingConfig& config, void* workspace,
+                          std::size_t workspace_bytes, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("embedding_fwd");
   constexpr const char* op = "embedding_fwd";
   require_embedding_args(shape, config, op);
@@ -651,11 +721,16 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     require_disjoint(y, y_bytes, position_table, table_bytes<T>(shape.num_positions, shape.hidden), op, "y",
                      "position_table");
   }
+  if (config.indexing == PositionIndexing::nonpad_count) {
+    require_disjoint(y, y_bytes, workspace, workspace_bytes, op, "y", "workspace");
+  }
+  const std::int32_t* positions =
+      prepare_positions(tokens, shape, config, workspace, workspace_bytes, op, stream);
   FwdArgs<T> a;
   a.y = y;
   a.token_table = token_table;
   a.position_table = learned ? position_table : nullptr;
-  a.tile = make_tile(tokens, shape, config);
+  a.tile = make_tile(tokens, positions, shape, config);
   a.hidden = shape.hidden;
   a.scale = config.scale;
   const std::int64_t half = shape.hidden / 2;
@@ -676,7 +751,8 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 template <class T>
 void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
-                                 const EmbeddingConfig& config, cudaStream_t stream) {
+                                 const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("embedding_bwd_atomic");
   constexpr const char* op = "embedding_bwd_atomic";
   require_embedding_args(shape, config, op);
@@ -688,8 +764,18 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
         cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
   }
   if (shape.tokens() == 0) return;
-  BwdArgs<T> a =
-      make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, shape, config);
+  if (config.indexing == PositionIndexing::nonpad_count) {
+    require_disjoint(d_token_table, table_bytes<T>(shape.vocab, shape.hidden), workspace, workspace_bytes, op,
+                     "d_token_table", "workspace");
+    if (learned) {
+      require_disjoint(d_position_table, table_bytes<T>(shape.num_positions, shape.hidden), workspace,
+                       workspace_bytes, op, "d_position_table", "workspace");
+    }
+  }
+  const std::int32_t* positions =
+      prepare_positions(tokens, shape, config, workspace, workspace_bytes, op, stream);
+  BwdArgs<T> a = make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, positions,
+                               shape, config);
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(d_token_table) &&
                   aligned16(a.d_position_table);
   dispatch_positions(config, [&](auto learned_tag, auto nonpad_tag) {
@@ -720,6 +806,10 @@ EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidd
       at += array;
     }
   }
+  if (learned) {
+    l.positions = at;  // nonpad_count: the positions pre-pass (unused for slot indexing)
+    at += array;
+  }
   const auto windows = static_cast<std::size_t>((tokens + kEmbeddingSortChunk - 1) / kEmbeddingSortChunk);
   l.partial = at;
   l.partial_bytes = 2 * windows * static_cast<std::size_t>(hidden) * sizeof(float);
@@ -734,6 +824,13 @@ int embedding_sort_key_bits(std::int64_t sentinel) {
   SEQBENCH_REQUIRE(sentinel >= 0 && sentinel <= std::numeric_limits<std::uint32_t>::max(),
                    "embedding_sort_key_bits: sentinel " << sentinel << " outside [0, 2^32)");
   return std::max(1, static_cast<int>(std::bit_width(static_cast<std::uint32_t>(sentinel))));
+}
+
+std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  require_embedding_args(shape, config, "embedding_positions_workspace_bytes");
+  return config.indexing == PositionIndexing::nonpad_count
+             ? static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t)
+             : 0;
 }
 
 std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
@@ -798,8 +895,13 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   const auto i32 = [&](std::size_t at) { return reinterpret_cast<std::int32_t*>(base + at); };
   const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
 
+  const std::int32_t* positions = nullptr;
+  if (learned && nonpad) {
+    run_positions(i32(arrays.positions), tokens, shape, config, stream);
+    positions = i32(arrays.positions);
+  }
   KeyArgs k;
-  k.tile = make_tile(tokens, shape, config);
+  k.tile = make_tile(tokens, positions, shape, config);
   k.token_keys = u32(arrays.token_keys_in);
   k.token_values = i32(arrays.token_values_in);
   if (learned && nonpad) {
@@ -807,10 +909,10 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
     k.position_values = i32(arrays.position_values_in);
     k.num_positions = shape.num_positions;
   }
-  if (nonpad) {
-    embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+  if (learned && nonpad) {
+    embedding_keys_kernel<true><<<grid_stride_blocks(n), kThreads, 0, stream>>>(k);
   } else {
-    embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
+    embedding_keys_kernel<false><<<grid_stride_blocks(n), kThreads, 0, stream>>>(k);
   }
   SEQBENCH_CUDA_CHECK_LAUNCH();
 
@@ -891,15 +993,7 @@ void launch_embedding_positions(std::int32_t* positions, const std::int32_t* tok
   require_tensor(tokens, op, "tokens");
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
   require_disjoint(positions, bytes, tokens, bytes, op, "positions", "tokens");
-  KeyArgs k;
-  k.tile = make_tile(tokens, shape, config);
-  k.positions = positions;
-  if (config.indexing == PositionIndexing::nonpad_count) {
-    embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-  } else {
-    embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-  }
-  SEQBENCH_CUDA_CHECK_LAUNCH();
+  run_positions(positions, tokens, shape, config, stream);
 }
 
 namespace {
@@ -991,9 +1085,9 @@ void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, cons
 // The explicit instantiations, in one place.
 #define SEQBENCH_EMBEDDING_INSTANTIATE(T)                                                                    \
   template void launch_embedding_fwd<T>(T*, const std::int32_t*, const T*, const T*, const EmbeddingShape&,  \
-                                        const EmbeddingConfig&, cudaStream_t);                               \
+                                        const EmbeddingConfig&, void*, std::size_t, cudaStream_t);           \
   template void launch_embedding_bwd_atomic<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
-                                               const EmbeddingConfig&, cudaStream_t);                        \
+                                               const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
   template void launch_embedding_bwd_sorted<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
                                                const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
   template void launch_gather_rows<T>(T*, const T*, std::int64_t, const std::int32_t*, std::int64_t,         \

@@ -14,10 +14,10 @@
 // slot l). Sinusoidal positions are computed in the kernels in float, as ref::sinusoidal_positions
 // defines them (all sines, then all cosines; odd H leaves the last column zero; half = 1 has the
 // single frequency 1); learned positions read a [num_positions, H] table that gets a gradient.
-// nonpad_count is computed inside every kernel that needs it (no pre-pass, no workspace): a block
-// owns 8 consecutive slots of one row, counts the non-padding tokens of the row before its first
-// slot with all 256 threads (L/8·4 bytes per token on average, L2 hits), and the rest with one
-// ballot.
+// nonpad_count positions come from a pre-pass (the kernel of launch_embedding_positions: one
+// block per row scans it, 1024 slots a step) into int32 [B·L] caller workspace
+// (embedding_positions_workspace_bytes: B·L·4 bytes, read B·L·4 + written B·L·4 extra traffic);
+// slot indexing needs neither (position = offset + l).
 //
 // Padding gives an all-zero output row (whatever the table holds and whatever the mask) and sends
 // no gradient. Token ids outside [0, vocab) cannot be checked on the host without a copy: the
@@ -66,21 +66,31 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 // ---------------------------------------------------------------------------------------------
 // Fused forward.
 //
-// launch_embedding_fwd<T>(y, tokens, token_table, position_table, shape, config, stream)
+// launch_embedding_fwd<T>(y, tokens, token_table, position_table, shape, config, workspace,
+//                         workspace_bytes, stream)
 //   What: y [B·L, H] as above. position_table [num_positions, H] is read for learned positions
 //   only (may be null for sinusoidal ones).
-//   Thread mapping: blocks of 8 warps own 8 consecutive slots of one row (grid B·ceil(L/8)); one
-//   warp per token walks its row in vectors of K = 16/sizeof(T) columns, lane j taking vectors
+//   Thread mapping: flat over the B·L tokens, warp w of block x takes token 8x + w (grid
+//   ceil(B·L/8) blocks of 8 warps; no idle warps whatever L), after the positions pre-pass for
+//   nonpad_count. The warp walks its row in vectors of K = 16/sizeof(T) columns, lane j taking vectors
 //   j, j+32, ...: one Packed<T> load of the token row (and position row), K/4 Philox calls, one
 //   Packed<T> store when H % K == 0 and y and the tables are 16-byte aligned, else K guarded
 //   scalar accesses (any H, tails included). Sinusoids: one exp2f and one sinf/cosf per element.
 //   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
 //   learned position rows) + B·L·H·sizeof(T) written.
+//   (+ B·L·8 for the nonpad_count positions pre-pass).
 //   Limits: require_embedding_args; y, tokens, token_table (and position_table when learned)
-//   non-null when B·L > 0; y overlaps no input.
+//   non-null and aligned to their element when B·L > 0; y overlaps no input; workspace of
+//   embedding_positions_workspace_bytes, 4-byte aligned, overlapping neither y nor tokens.
 template <class T>
 void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table, const T* position_table,
-                          const EmbeddingShape& shape, const EmbeddingConfig& config, cudaStream_t stream);
+                          const EmbeddingShape& shape, const EmbeddingConfig& config, void* workspace,
+                          std::size_t workspace_bytes, cudaStream_t stream);
+
+// The fused forward's and the atomic backward's workspace: B·L·4 bytes (the nonpad_count
+// positions) for nonpad_count indexing, 0 for slot indexing (workspace may then be null).
+// Host only, no device needed.
+std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
 
 // ---------------------------------------------------------------------------------------------
 // Backward. Both variants OVERWRITE the whole gradient tables (the caller needs not zero them):
@@ -90,7 +100,8 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 //   d_token_table[tok]  += scale · g[b·L + l]      d_position_table[position] += g[b·L + l]
 // over the non-padding tokens with ids in [0, vocab).
 //
-// launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config, stream)
+// launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config,
+//                                workspace, workspace_bytes, stream)   (workspace as the forward's)
 //   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token)
 //   atomically adds scale·g into the token row and g into the position row, in T (float atomics
 //   for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs, else scalar ones). NOT bitwise
@@ -106,7 +117,7 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 //   chunks fixed by the sorted order):
 //   (1) cudaMemsetAsync zeroes both tables (copy bandwidth); only rows that receive a gradient
 //       are written again below;
-//   (2) a key kernel (the forward's mapping) writes the pairs (token id, b·L + l), padding and
+//   (2) a key kernel (a thread per token) writes the pairs (token id, b·L + l), padding and
 //       invalid tokens keyed past the table (a sentinel) so they sort last and are ignored;
 //       cub::DeviceRadixSort::SortPairs sorts them (stable: equal keys keep increasing b·L + l;
 //       the pairs are distinct, so the result does not depend on the algorithm);
@@ -123,7 +134,8 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 //       and rounds once. A token used m times is summed by ceil(m/32) + 1 warps in parallel
 //       instead of serially; float summation depth <= min(m, 32) + ceil(m/32).
 //   Both orders depend on the tokens and the constant 32 only: bitwise reproducible on any GPU.
-//   Learned positions: with nonpad_count indexing a second key kernel output and sort; with slot
+//   Learned positions: with nonpad_count indexing the positions pre-pass (into the workspace),
+//   a second key kernel output and sort; with slot
 //   indexing no sort at all: position offset + l receives the entries b·L + l in increasing b,
 //   so one elementwise kernel writes that order directly (keys offset + l, padding entries
 //   marked skip) and (3)-(4) run on it.
@@ -144,18 +156,20 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 template <class T>
 void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
-                                 const EmbeddingConfig& config, cudaStream_t stream);
+                                 const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream);
 
 // Entries per window of the sorted backward's chunked reduction (fixed: it defines the order).
 inline constexpr int kEmbeddingSortChunk = 32;
 
 // Byte offsets inside the sorted backward's workspace: four int32 arrays of `tokens` elements
 // (keys and values, in and out) per table (slot-indexed learned positions use only the "out"
-// pair), the float partial rows [2·ceil(tokens/32), hidden], then the CUB temporary storage;
-// every part starts at a multiple of 256 bytes.
+// pair) and, when learned, one more for the nonpad_count positions, the float partial rows
+// [2·ceil(tokens/32), hidden], then the CUB temporary storage; every part starts at a multiple of 256 bytes.
 struct EmbeddingSortLayout {
   std::size_t token_keys_in = 0, token_values_in = 0, token_keys_out = 0, token_values_out = 0;
   std::size_t position_keys_in = 0, position_values_in = 0, position_keys_out = 0, position_values_out = 0;
+  std::size_t positions = 0;  // learned: the nonpad_count positions pre-pass (B·L int32)
   std::size_t partial = 0, partial_bytes = 0;
   std::size_t sort_temp = 0, sort_temp_bytes = 0;
   std::size_t total = 0;

@@ -101,7 +101,7 @@ struct BenchState {
   DeviceBuffer<std::int32_t> tokens, positions;
   DeviceBuffer<T> token_table, position_table, out, tmp, tmp2, tmp3, d_tok, d_pos;
   DeviceBuffer<std::uint8_t> mask;
-  DeviceBuffer<unsigned char> workspace;
+  DeviceBuffer<unsigned char> workspace, positions_ws;  // sorted backward; fused fwd / atomic bwd
 };
 
 template <class T>
@@ -182,6 +182,8 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
     st->d_tok = DeviceBuffer<T>(static_cast<std::size_t>(shape.vocab) * h);
     st->d_pos = DeviceBuffer<T>(learned ? static_cast<std::size_t>(shape.num_positions) * h : 0);
     st->workspace = DeviceBuffer<unsigned char>(kernels::embedding_bwd_sorted_workspace_bytes(shape, config));
+    st->positions_ws =
+        DeviceBuffer<unsigned char>(kernels::embedding_positions_workspace_bytes(shape, config));
     // The forward's saved state for the unfused backward: positions and the u8 mask.
     kernels::launch_embedding_positions(st->positions.data(), st->tokens.data(), shape, config, nullptr);
     kernels::launch_dropout_mask_u8(st->mask.data(), n * h, config.dropout, nullptr);
@@ -208,7 +210,8 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
       });
       p.variants.push_back([st](cudaStream_t s) {
         kernels::launch_embedding_fwd(st->out.data(), st->tokens.data(), st->token_table.data(),
-                                      st->position_table.data(), st->shape, st->config, s);
+                                      st->position_table.data(), st->shape, st->config,
+                                      st->positions_ws.data(), st->positions_ws.size(), s);
       });
     } else {
       p.variants.push_back([st, pr](cudaStream_t s) {
@@ -231,7 +234,8 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
       });
       p.variants.push_back([st](cudaStream_t s) {
         kernels::launch_embedding_bwd_atomic(st->d_tok.data(), st->d_pos.data(), st->out.data(),
-                                             st->tokens.data(), st->shape, st->config, s);
+                                             st->tokens.data(), st->shape, st->config,
+                                             st->positions_ws.data(), st->positions_ws.size(), s);
       });
       p.variants.push_back([st](cudaStream_t s) {
         kernels::launch_embedding_bwd_sorted(st->d_tok.data(), st->d_pos.data(), st->out.data(),
@@ -405,6 +409,7 @@ void check_case(const Case& c, Tallies& t) {
   pos_d.upload(pos_table);
   dy_d.upload(dy);
   const std::size_t ws_bytes = kernels::embedding_bwd_sorted_workspace_bytes(shape, config);
+  const std::size_t pos_ws_bytes = kernels::embedding_positions_workspace_bytes(shape, config);
   const auto tok_elems = static_cast<std::size_t>(shape.vocab * h);
   const auto pos_elems = learned ? static_cast<std::size_t>(pos_rows * h) : 0;
 
@@ -412,10 +417,12 @@ void check_case(const Case& c, Tallies& t) {
   std::vector<T> y1, dt1, dp1;
   for (int run = 0; run < 2; ++run) {
     Guarded<T> y(nh, c.off_out), dt(tok_elems, c.off_out), dp(pos_elems, c.off_out);
-    DeviceBuffer<unsigned char> ws(ws_bytes);
+    DeviceBuffer<unsigned char> ws(ws_bytes), pos_ws(pos_ws_bytes);
     ws.fill_bytes(0xFF);
+    pos_ws.fill_bytes(0xFF);
     kernels::launch_embedding_fwd<T>(y.data(), tokens_d.data(), table_d.data(),
-                                     learned ? pos_d.data() : nullptr, shape, config, nullptr);
+                                     learned ? pos_d.data() : nullptr, shape, config, pos_ws.data(),
+                                     pos_ws_bytes, nullptr);
     kernels::launch_embedding_bwd_sorted<T>(dt.data(), learned ? dp.data() : nullptr, dy_d.data(),
                                             tokens_d.data(), shape, config, ws.data(), ws_bytes, nullptr);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
@@ -436,8 +443,11 @@ void check_case(const Case& c, Tallies& t) {
 
   // The atomic backward.
   Guarded<T> dta(tok_elems, c.off_out), dpa(pos_elems, c.off_dy);
+  DeviceBuffer<unsigned char> pos_ws(pos_ws_bytes);
+  pos_ws.fill_bytes(0xFF);
   kernels::launch_embedding_bwd_atomic<T>(dta.data(), learned ? dpa.data() : nullptr, dy_d.data(),
-                                          tokens_d.data(), shape, config, nullptr);
+                                          tokens_d.data(), shape, config, pos_ws.data(), pos_ws_bytes,
+                                          nullptr);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<T> gta = dta.download(t.bwd_atomic, where), gpa = dpa.download(t.bwd_atomic, where);
 

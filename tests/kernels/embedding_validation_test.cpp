@@ -59,23 +59,25 @@ TEST(EmbeddingSortLayout, FourArraysPerTableThenThePartialsThenTheSortStorage) {
   const EmbeddingSortLayout two = embedding_sort_layout(1000, 3, true, 0);
   EXPECT_EQ(two.position_keys_in, 4u * 4096u);
   EXPECT_EQ(two.position_values_out, 7u * 4096u);
-  EXPECT_EQ(two.partial, 8u * 4096u);
-  EXPECT_EQ(two.partial_bytes, 2u * 32u * 3u * 4u);  // 768 bytes, rounded up to 768
-  EXPECT_EQ(two.total, 8u * 4096u + 768u);
+  EXPECT_EQ(two.positions, 8u * 4096u);
+  EXPECT_EQ(two.partial, 9u * 4096u);
+  EXPECT_EQ(two.partial_bytes, 2u * 32u * 3u * 4u);  // 768 bytes, a multiple of 256
+  EXPECT_EQ(two.total, 9u * 4096u + 768u);
   // 33 pairs: 2 windows (the second holds 1 entry).
   EXPECT_EQ(embedding_sort_layout(33, 5, false, 0).partial_bytes, 2u * 2u * 5u * 4u);
   EXPECT_EQ(embedding_sort_layout(0, 7, true, 0).total, 0u);
   for (const std::int64_t n : {1, 3, 31, 32, 33, 63, 64, 65, 16384}) {
     for (const std::int64_t h : {1, 3, 8, 1023}) {
       const EmbeddingSortLayout l = embedding_sort_layout(n, h, true, 5);
-      for (const std::size_t at :
-           {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out, l.position_keys_in,
-            l.position_values_in, l.position_keys_out, l.position_values_out, l.partial, l.sort_temp}) {
+      for (const std::size_t at : {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out,
+                                   l.position_keys_in, l.position_values_in, l.position_keys_out,
+                                   l.position_values_out, l.positions, l.partial, l.sort_temp}) {
         EXPECT_EQ(at % 256, 0u) << n;
       }
       EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
       const auto windows = static_cast<std::size_t>((n + 31) / 32);
       EXPECT_EQ(l.partial_bytes, 2 * windows * static_cast<std::size_t>(h) * 4) << n << " " << h;
+      EXPECT_GE(l.partial - l.positions, static_cast<std::size_t>(n) * 4);
       EXPECT_GE(l.sort_temp - l.partial, l.partial_bytes);
       EXPECT_GE(l.total, l.sort_temp + 5);
     }
@@ -142,43 +144,65 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   const std::int32_t* tokens = fake<std::int32_t>(2);
   const float *table = fake<float>(3), *pos = fake<float>(4);
   expect_error(
-      [&] { launch_embedding_fwd<float>(y, tokens, table, pos, shape_of(2, 4, 0, 10, 4), c, nullptr); },
+      [&] {
+        launch_embedding_fwd<float>(y, tokens, table, pos, shape_of(2, 4, 0, 10, 4), c, nullptr, 0, nullptr);
+      },
       "embedding_fwd: hidden 0");
-  expect_error([&] { launch_embedding_fwd<float>(nullptr, tokens, table, pos, s, c, nullptr); },
+  expect_error([&] { launch_embedding_fwd<float>(nullptr, tokens, table, pos, s, c, nullptr, 0, nullptr); },
                "embedding_fwd: y is null");
-  expect_error([&] { launch_embedding_fwd<float>(y, nullptr, table, pos, s, c, nullptr); }, "tokens is null");
-  expect_error([&] { launch_embedding_fwd<float>(y, tokens, nullptr, pos, s, c, nullptr); },
+  expect_error([&] { launch_embedding_fwd<float>(y, nullptr, table, pos, s, c, nullptr, 0, nullptr); },
+               "tokens is null");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, nullptr, pos, s, c, nullptr, 0, nullptr); },
                "token_table is null");
-  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, nullptr, s, c, nullptr); },
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, nullptr, s, c, nullptr, 0, nullptr); },
                "position_table is null");
   expect_error(
       [&] {
-        launch_embedding_fwd<float>(y, tokens, reinterpret_cast<const float*>(y) + 10, pos, s, c, nullptr);
+        launch_embedding_fwd<float>(y, tokens, reinterpret_cast<const float*>(y) + 10, pos, s, c, nullptr, 0,
+                                    nullptr);
       },
       "output y overlaps input token_table");
   expect_error(
       [&] {
         launch_embedding_fwd<float>(y, reinterpret_cast<const std::int32_t*>(y) + 3, table, pos, s, c,
-                                    nullptr);
+                                    nullptr, 0, nullptr);
       },
       "output y overlaps input tokens");
   // Empty batches launch nothing; sinusoidal positions need no table.
-  EXPECT_NO_THROW(
-      launch_embedding_fwd<__half>(nullptr, nullptr, nullptr, nullptr, shape_of(0, 4, 8, 10, 4), c, nullptr));
+  EXPECT_NO_THROW(launch_embedding_fwd<__half>(nullptr, nullptr, nullptr, nullptr, shape_of(0, 4, 8, 10, 4),
+                                               c, nullptr, 0, nullptr));
+  // nonpad_count positions need B·L·4 bytes of workspace (the positions pre-pass).
+  EmbeddingConfig nonpad = c;
+  nonpad.indexing = PositionIndexing::nonpad_count;
+  EXPECT_EQ(embedding_positions_workspace_bytes(s, nonpad), 8u * 4u);
+  EXPECT_EQ(embedding_positions_workspace_bytes(s, c), 0u);
+  EXPECT_EQ(embedding_positions_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 0, nullptr); },
+               "embedding_fwd: workspace of 0 bytes, needs 32");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, y + 2, 32, nullptr); },
+               "embedding_fwd: output y overlaps input workspace");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, fake<char>(9) + 2, 32, nullptr); },
+      "embedding_fwd: workspace is not 4-byte aligned");
 
   __nv_bfloat16* dt = fake<__nv_bfloat16>(5);
   __nv_bfloat16* dp = fake<__nv_bfloat16>(6);
   const __nv_bfloat16* dy = fake<__nv_bfloat16>(7);
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(nullptr, dp, dy, tokens, s, c, nullptr); },
-               "embedding_bwd_atomic: d_token_table is null");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, nullptr, dy, tokens, s, c, nullptr); },
-               "d_position_table is null");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, nullptr, tokens, s, c, nullptr); },
-               "dy is null");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dt + 40, dy, tokens, s, c, nullptr); },
-               "output d_position_table overlaps input d_token_table");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, dt + 8, tokens, s, c, nullptr); },
-               "output d_token_table overlaps input dy");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(nullptr, dp, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: d_token_table is null");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, nullptr, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "d_position_table is null");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, nullptr, tokens, s, c, nullptr, 0, nullptr); },
+      "dy is null");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dt + 40, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "output d_position_table overlaps input d_token_table");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, dt + 8, tokens, s, c, nullptr, 0, nullptr); },
+      "output d_token_table overlaps input dy");
   void* ws = fake<void>(8);
   expect_error(
       [&] {
@@ -210,23 +234,30 @@ TEST(EmbeddingLaunchers, RejectTensorsNotAlignedToTheirElement) {
   const std::int32_t* tokens = fake<std::int32_t>(2);
   float* y = fake<float>(1);
   const float *table = fake<float>(3), *pos = fake<float>(4);
-  expect_error([&] { launch_embedding_fwd<float>(shifted(y, 2), tokens, table, pos, s, c, nullptr); },
-               "embedding_fwd: y (0x100000002) is not aligned to 4 bytes");
-  expect_error([&] { launch_embedding_fwd<float>(y, shifted(tokens, 1), table, pos, s, c, nullptr); },
-               "embedding_fwd: tokens (0x200000001) is not aligned to 4 bytes");
-  expect_error([&] { launch_embedding_fwd<float>(y, tokens, shifted(table, 3), pos, s, c, nullptr); },
-               "embedding_fwd: token_table (0x300000003) is not aligned to 4 bytes");
-  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, shifted(pos, 2), s, c, nullptr); },
-               "embedding_fwd: position_table (0x400000002) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(shifted(y, 2), tokens, table, pos, s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: y (0x100000002) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, shifted(tokens, 1), table, pos, s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: tokens (0x200000001) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, tokens, shifted(table, 3), pos, s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: token_table (0x300000003) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, tokens, table, shifted(pos, 2), s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: position_table (0x400000002) is not aligned to 4 bytes");
   __half* dt = fake<__half>(5);
   __half* dp = fake<__half>(6);
   const __half* dy = fake<__half>(7);
-  expect_error([&] { launch_embedding_bwd_atomic<__half>(shifted(dt, 1), dp, dy, tokens, s, c, nullptr); },
-               "embedding_bwd_atomic: d_token_table (0x500000001) is not aligned to 2 bytes");
-  expect_error([&] { launch_embedding_bwd_atomic<__half>(dt, shifted(dp, 1), dy, tokens, s, c, nullptr); },
-               "embedding_bwd_atomic: d_position_table (0x600000001) is not aligned to 2 bytes");
-  expect_error([&] { launch_embedding_bwd_atomic<__half>(dt, dp, shifted(dy, 1), tokens, s, c, nullptr); },
-               "embedding_bwd_atomic: dy (0x700000001) is not aligned to 2 bytes");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__half>(shifted(dt, 1), dp, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: d_token_table (0x500000001) is not aligned to 2 bytes");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__half>(dt, shifted(dp, 1), dy, tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: d_position_table (0x600000001) is not aligned to 2 bytes");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__half>(dt, dp, shifted(dy, 1), tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: dy (0x700000001) is not aligned to 2 bytes");
   void* ws = fake<void>(8);
   expect_error(
       [&] {
