@@ -121,14 +121,42 @@ __global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const Pos
   }
 }
 
-// The sinusoid of column `col` at `position`: sin for col < half, cos for half <= col < 2·half,
-// 0 for the odd column. log2_step = -log2(10000)/(half-1) (0 for half = 1), so that the frequency
-// exp2(k·log2_step) = exp(-k·ln(10000)/(half-1)).
-__device__ __forceinline__ float sinusoid(float position, std::int64_t col, std::int64_t half,
-                                          float log2_step) {
-  if (col < half) return sinf(position * exp2f(static_cast<float>(col) * log2_step));
-  if (col < 2 * half) return cosf(position * exp2f(static_cast<float>(col - half) * log2_step));
-  return 0.0f;
+// Sinusoids. The per-column frequencies f_k = 10000^(-k/(half-1)) (1 for half = 1) are computed
+// once per launch in double by embedding_frequency_kernel and kept as two floats hi + lo
+// (|f - hi - lo| <= 2^-48·f). The angle θ = position·f (position < 2^24, exact in float) is
+// formed as an unevaluated sum θ_hi + θ_lo (θ_hi + e = position·hi exactly by an FMA, θ_lo =
+// position·lo + e), reduced by 2π = C1 + C2 (two floats) with n = rint(θ_hi/2π): r = θ_hi - n·C1
+// (exact: a multiple of 2^-21 below 8 in magnitude), - n·C2, + θ_lo, and sinf/cosf see |r| <= ~4,
+// their fast accurate path. Error of the value, whatever the position (derived in
+// suites/operators/embedding.cu): <= 16·u_f32 absolute, instead of ~24·u_f32·position for θ
+// computed in plain float.
+struct SinusoidArgs {
+  const float2* freq = nullptr;  // [half]: hi, lo
+  std::int64_t half = 0;
+  float two_pi_hi = 0.0f, two_pi_lo = 0.0f, inv_two_pi = 0.0f;
+};
+
+__global__ void __launch_bounds__(kThreads)
+    embedding_frequency_kernel(float2* freq, std::int64_t half, double log2_step) {
+  const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= half) return;
+  const double f = exp2(static_cast<double>(k) * log2_step);
+  const auto hi = static_cast<float>(f);
+  freq[k] = make_float2(hi, static_cast<float>(f - static_cast<double>(hi)));
+}
+
+__device__ __forceinline__ float sinusoid(float position, std::int64_t col, const SinusoidArgs& s) {
+  if (col >= 2 * s.half) return 0.0f;  // the odd H's last column
+  const bool is_sin = col < s.half;
+  const float2 f = s.freq[is_sin ? col : col - s.half];
+  const float theta_hi = position * f.x;
+  const float err = fmaf(position, f.x, -theta_hi);  // exact
+  const float theta_lo = fmaf(position, f.y, err);
+  const float n = rintf(theta_hi * s.inv_two_pi);
+  float r = fmaf(-n, s.two_pi_hi, theta_hi);  // exact
+  r = fmaf(-n, s.two_pi_lo, r);
+  r += theta_lo;
+  return is_sin ? sinf(r) : cosf(r);
 }
 
 template <class T>
@@ -137,12 +165,17 @@ struct FwdArgs {
   const T* token_table = nullptr;
   const T* position_table = nullptr;
   TileArgs tile;
+  SinusoidArgs sinusoid;
   std::int64_t hidden = 0;
-  float scale = 1.0f, log2_step = 0.0f;
+  float scale = 1.0f;
   float p = 0.0f, keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
   bool vector_path = false;  // H % K == 0 and y and the tables 16-byte aligned
 };
+
+// A lane's vectors per step: all loads of a step are issued before any use (H <= 4·32·K, i.e.
+// 512 fp32 or 1024 16-bit columns, is a single step).
+constexpr int kUnroll = 4;
 
 template <class T, bool kLearned, bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T> a) {
@@ -154,35 +187,49 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
   T* __restrict__ out = a.y + s.index * hidden;
   const T* __restrict__ tok_row = a.token_table + static_cast<std::int64_t>(s.valid ? s.token : 0) * hidden;
   const T* __restrict__ pos_row = kLearned ? a.position_table + s.position * hidden : nullptr;
-  const std::int64_t half = hidden / 2;
   const float position = static_cast<float>(s.position);
-  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
-    const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
-    const bool whole = a.vector_path && count == K;
-    float v[K];
-    if (s.padding) {
+  for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
+    float t[kUnroll][K], q[kUnroll][K];
+    int count[kUnroll];
 #pragma unroll
-      for (int k = 0; k < K; ++k) v[k] = 0.0f;
-    } else if (!s.valid) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
-    } else {
-      float t[K], q[K];
-      load_floats<T, K>(tok_row + c0, t, count, whole);
-      if constexpr (kLearned) {
-        load_floats<T, K>(pos_row + c0, q, count, whole);
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t c0 = base + u * 32 * K;
+      count[u] = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+      const bool whole = a.vector_path && count[u] == K;
+      if (s.valid && count[u] > 0) {
+        load_floats<T, K>(tok_row + c0, t[u], count[u], whole);
+        if constexpr (kLearned) load_floats<T, K>(pos_row + c0, q[u], count[u], whole);
       } else {
 #pragma unroll
-        for (int k = 0; k < K; ++k) q[k] = k < count ? sinusoid(position, c0 + k, half, a.log2_step) : 0.0f;
+        for (int k = 0; k < K; ++k) t[u][k] = q[u][k] = 0.0f;
       }
-      const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                       : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
-#pragma unroll
-      for (int k = 0; k < K; ++k)
-        v[k] = fmaf(t[k], a.scale, q[k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
     }
-    store_floats<T, K>(out + c0, v, count, whole);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (count[u] == 0) break;  // the later vectors are past the row too
+      const std::int64_t c0 = base + u * 32 * K;
+      const bool whole = a.vector_path && count[u] == K;
+      float v[K];
+      if (s.padding) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] = 0.0f;
+      } else if (!s.valid) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
+      } else {
+        if constexpr (!kLearned) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) q[u][k] = k < count[u] ? sinusoid(position, c0 + k, a.sinusoid) : 0.0f;
+        }
+        const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
+        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                                         : dropout_keep_bits(a.seed, a.offset, first, count[u], a.p);
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+          v[k] = fmaf(t[u][k], a.scale, q[u][k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
+      }
+      store_floats<T, K>(out + c0, v, count[u], whole);
+    }
   }
 }
 
@@ -235,21 +282,38 @@ __global__ void __launch_bounds__(kThreads) embedding_bwd_atomic_kernel(const Bw
   const T* __restrict__ dy = a.dy + s.index * hidden;
   T* tok_row = a.d_token_table + static_cast<std::int64_t>(s.token) * hidden;
   T* pos_row = kLearned ? a.d_position_table + s.position * hidden : nullptr;
-  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
-    const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
-    const bool whole = a.vector_path && count == K;
-    float g[K], sg[K];
-    load_floats<T, K>(dy + c0, g, count, whole);
-    const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-    const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                     : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+  for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
+    // All of the step's dy loads first, then the atomics.
+    float g[kUnroll][K];
+    int count[kUnroll];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      g[k] *= ((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f;
-      sg[k] = a.scale * g[k];
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t c0 = base + u * 32 * K;
+      count[u] = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+      if (count[u] > 0) {
+        load_floats<T, K>(dy + c0, g[u], count[u], a.vector_path && count[u] == K);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) g[u][k] = 0.0f;
+      }
     }
-    atomic_add_floats<T, K>(tok_row + c0, sg, count, whole);
-    if constexpr (kLearned) atomic_add_floats<T, K>(pos_row + c0, g, count, whole);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (count[u] == 0) break;  // the later vectors are past the row too
+      const std::int64_t c0 = base + u * 32 * K;
+      const bool whole = a.vector_path && count[u] == K;
+      const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
+      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                                       : dropout_keep_bits(a.seed, a.offset, first, count[u], a.p);
+      float sg[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        g[u][k] *= ((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f;
+        sg[k] = a.scale * g[u][k];
+      }
+      atomic_add_floats<T, K>(tok_row + c0, sg, count[u], whole);
+      if constexpr (kLearned) atomic_add_floats<T, K>(pos_row + c0, g[u], count[u], whole);
+    }
   }
 }
 
@@ -576,20 +640,6 @@ void run_positions(std::int32_t* positions, const std::int32_t* tokens, const Em
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
-// The fused forward's and the atomic backward's workspace: nonpad_count positions (B·L int32)
-// computed by the pre-pass; null (nothing to do) for slot indexing. Validates the workspace.
-const std::int32_t* prepare_positions(const std::int32_t* tokens, const EmbeddingShape& shape,
-                                      const EmbeddingConfig& config, void* workspace,
-                                      std::size_t workspace_bytes, const char* op, cudaStream_t stream) {
-  if (config.indexing != PositionIndexing::nonpad_count) return nullptr;
-  const std::size_t need = static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t);
-  require_workspace(workspace, workspace_bytes, need, op);
-  require_disjoint(workspace, need, tokens, need, op, "workspace", "tokens");
-  auto* positions = static_cast<std::int32_t*>(workspace);
-  run_positions(positions, tokens, shape, config, stream);
-  return positions;
-}
-
 // Calls fn(std::bool_constant<learned>, std::bool_constant<nonpad>).
 template <class Fn>
 void dispatch_positions(const EmbeddingConfig& config, Fn&& fn) {
@@ -721,20 +771,46 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     require_disjoint(y, y_bytes, position_table, table_bytes<T>(shape.num_positions, shape.hidden), op, "y",
                      "position_table");
   }
-  if (config.indexing == PositionIndexing::nonpad_count) {
-    require_disjoint(y, y_bytes, workspace, workspace_bytes, op, "y", "workspace");
+  // Workspace: [nonpad_count positions, B·L int32 | 256-byte aligned] [frequencies, half float2].
+  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
+  const std::int64_t half = learned ? 0 : shape.hidden / 2;
+  const std::size_t need = embedding_fwd_workspace_bytes(shape, config);
+  SEQBENCH_REQUIRE(workspace_bytes >= need,
+                   op << ": workspace of " << workspace_bytes << " bytes, needs " << need);
+  if (need > 0) {
+    require_non_null(workspace, op, "workspace");
+    SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % alignof(float2) == 0,
+                     op << ": workspace is not " << alignof(float2) << "-byte aligned");
+    require_disjoint(y, y_bytes, workspace, need, op, "y", "workspace");
+    require_disjoint(workspace, need, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op,
+                     "workspace", "tokens");
   }
-  const std::int32_t* positions =
-      prepare_positions(tokens, shape, config, workspace, workspace_bytes, op, stream);
+  auto* base = static_cast<unsigned char*>(workspace);
+  const std::int32_t* positions = nullptr;
+  if (nonpad) {
+    run_positions(reinterpret_cast<std::int32_t*>(base), tokens, shape, config, stream);
+    positions = reinterpret_cast<const std::int32_t*>(base);
+  }
   FwdArgs<T> a;
+  if (half > 0) {
+    auto* freq = reinterpret_cast<float2*>(base + (nonpad ? align_up(static_cast<std::size_t>(n) * 4) : 0));
+    const double log2_step = half > 1 ? -std::log2(10000.0) / static_cast<double>(half - 1) : 0.0;
+    embedding_frequency_kernel<<<static_cast<unsigned>((half + kThreads - 1) / kThreads), kThreads, 0,
+                                 stream>>>(freq, half, log2_step);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
+    a.sinusoid.freq = freq;
+    a.sinusoid.half = half;
+    a.sinusoid.two_pi_hi = static_cast<float>(kTwoPi);
+    a.sinusoid.two_pi_lo = static_cast<float>(kTwoPi - static_cast<double>(a.sinusoid.two_pi_hi));
+    a.sinusoid.inv_two_pi = static_cast<float>(1.0 / kTwoPi);
+  }
   a.y = y;
   a.token_table = token_table;
   a.position_table = learned ? position_table : nullptr;
   a.tile = make_tile(tokens, positions, shape, config);
   a.hidden = shape.hidden;
   a.scale = config.scale;
-  const std::int64_t half = shape.hidden / 2;
-  a.log2_step = half > 1 ? static_cast<float>(-std::log2(10000.0) / static_cast<double>(half - 1)) : 0.0f;
   a.p = config.dropout.p;
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
@@ -758,22 +834,31 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   require_embedding_args(shape, config, op);
   require_bwd_pointers(d_token_table, d_position_table, dy, tokens, shape, config, op);
   const bool learned = config.positions == PositionEncoding::learned;
+  const std::int64_t n = shape.tokens();
+  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
+  // Everything is validated before the first CUDA call.
+  if (n > 0 && nonpad) {
+    const std::size_t need = embedding_positions_workspace_bytes(shape, config);
+    require_workspace(workspace, workspace_bytes, need, op);
+    require_disjoint(d_token_table, table_bytes<T>(shape.vocab, shape.hidden), workspace, need, op,
+                     "d_token_table", "workspace");
+    if (learned) {
+      require_disjoint(d_position_table, table_bytes<T>(shape.num_positions, shape.hidden), workspace, need,
+                       op, "d_position_table", "workspace");
+    }
+    require_disjoint(workspace, need, tokens, need, op, "workspace", "tokens");
+  }
   SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
   if (learned && shape.num_positions > 0) {
     SEQBENCH_CUDA_CHECK(
         cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
   }
-  if (shape.tokens() == 0) return;
-  if (config.indexing == PositionIndexing::nonpad_count) {
-    require_disjoint(d_token_table, table_bytes<T>(shape.vocab, shape.hidden), workspace, workspace_bytes, op,
-                     "d_token_table", "workspace");
-    if (learned) {
-      require_disjoint(d_position_table, table_bytes<T>(shape.num_positions, shape.hidden), workspace,
-                       workspace_bytes, op, "d_position_table", "workspace");
-    }
+  if (n == 0) return;
+  std::int32_t* positions = nullptr;
+  if (nonpad) {
+    positions = static_cast<std::int32_t*>(workspace);
+    run_positions(positions, tokens, shape, config, stream);
   }
-  const std::int32_t* positions =
-      prepare_positions(tokens, shape, config, workspace, workspace_bytes, op, stream);
   BwdArgs<T> a = make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, positions,
                                shape, config);
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(d_token_table) &&
@@ -824,6 +909,18 @@ int embedding_sort_key_bits(std::int64_t sentinel) {
   SEQBENCH_REQUIRE(sentinel >= 0 && sentinel <= std::numeric_limits<std::uint32_t>::max(),
                    "embedding_sort_key_bits: sentinel " << sentinel << " outside [0, 2^32)");
   return std::max(1, static_cast<int>(std::bit_width(static_cast<std::uint32_t>(sentinel))));
+}
+
+std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  require_embedding_args(shape, config, "embedding_fwd_workspace_bytes");
+  const std::size_t positions =
+      config.indexing == PositionIndexing::nonpad_count
+          ? align_up(static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t))
+          : 0;
+  const std::size_t freq = config.positions == PositionEncoding::sinusoidal
+                               ? static_cast<std::size_t>(shape.hidden / 2) * sizeof(float2)
+                               : 0;
+  return positions + freq;
 }
 
 std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {

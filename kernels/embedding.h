@@ -55,7 +55,8 @@ struct EmbeddingConfig {
   std::int32_t padding_idx = -1;  // -1: no padding token; else in [0, vocab)
   PositionEncoding positions = PositionEncoding::sinusoidal;
   PositionIndexing indexing = PositionIndexing::slot;
-  std::int64_t position_offset = 0;  // >= 0; sinusoidal: offset + L <= 2^24 (exact float positions)
+  std::int64_t position_offset = 0;  // >= 0; sinusoidal: offset + L <= 2^24 (exact float positions;
+                                     // the angle is formed in two floats, see launch_embedding_fwd)
   DropoutConfig dropout;
 };
 
@@ -75,21 +76,32 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   nonpad_count. The warp walks its row in vectors of K = 16/sizeof(T) columns, lane j taking vectors
 //   j, j+32, ...: one Packed<T> load of the token row (and position row), K/4 Philox calls, one
 //   Packed<T> store when H % K == 0 and y and the tables are 16-byte aligned, else K guarded
-//   scalar accesses (any H, tails included). Sinusoids: one exp2f and one sinf/cosf per element.
+//   scalar accesses (any H, tails included). A lane issues the loads of up to 4 vectors (columns
+//   c, c + 32·K, c + 64·K, c + 96·K) before using any. Sinusoids: a per-launch kernel computes the
+//   floor(H/2) frequencies in double into the workspace as two floats (hi + lo); per element, a
+//   two-float angle position·(hi + lo), a two-constant reduction by 2π and one sinf or cosf of
+//   the reduced argument (|r| <= ~4, the fast path): absolute error <= 16·u_f32 at any position
+//   < 2^24 (no sincosf pairing: a lane's columns are contiguous, sin and cos of one frequency
+//   sit half a row apart).
 //   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
 //   learned position rows) + B·L·H·sizeof(T) written.
-//   (+ B·L·8 for the nonpad_count positions pre-pass).
+//   (+ B·L·8 for the nonpad_count positions pre-pass, + floor(H/2)·8 written and read from L2
+//   per block for the sinusoid frequencies).
 //   Limits: require_embedding_args; y, tokens, token_table (and position_table when learned)
 //   non-null and aligned to their element when B·L > 0; y overlaps no input; workspace of
-//   embedding_positions_workspace_bytes, 4-byte aligned, overlapping neither y nor tokens.
+//   embedding_fwd_workspace_bytes, 8-byte aligned, overlapping neither y nor tokens.
 template <class T>
 void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table, const T* position_table,
                           const EmbeddingShape& shape, const EmbeddingConfig& config, void* workspace,
                           std::size_t workspace_bytes, cudaStream_t stream);
 
-// The fused forward's and the atomic backward's workspace: B·L·4 bytes (the nonpad_count
-// positions) for nonpad_count indexing, 0 for slot indexing (workspace may then be null).
-// Host only, no device needed.
+// The fused forward's workspace (8-byte aligned; null allowed when 0): the nonpad_count
+// positions (B·L int32, rounded up to 256 bytes; none for slot indexing), then for sinusoidal
+// positions the per-column frequencies as two floats (floor(H/2)·8 bytes). Host only.
+std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
+
+// The atomic backward's workspace: B·L·4 bytes (the nonpad_count positions) for nonpad_count
+// indexing, 0 for slot indexing (workspace may then be null). Host only.
 std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
 
 // ---------------------------------------------------------------------------------------------
@@ -101,7 +113,8 @@ std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, con
 // over the non-padding tokens with ids in [0, vocab).
 //
 // launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config,
-//                                workspace, workspace_bytes, stream)   (workspace as the forward's)
+//                                workspace, workspace_bytes, stream)
+//   (workspace: embedding_positions_workspace_bytes, for nonpad_count positions)
 //   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token)
 //   atomically adds scale·g into the token row and g into the position row, in T (float atomics
 //   for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs, else scalar ones). NOT bitwise

@@ -183,7 +183,8 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
     st->d_pos = DeviceBuffer<T>(learned ? static_cast<std::size_t>(shape.num_positions) * h : 0);
     st->workspace = DeviceBuffer<unsigned char>(kernels::embedding_bwd_sorted_workspace_bytes(shape, config));
     st->positions_ws =
-        DeviceBuffer<unsigned char>(kernels::embedding_positions_workspace_bytes(shape, config));
+        DeviceBuffer<unsigned char>(std::max(kernels::embedding_fwd_workspace_bytes(shape, config),
+                                             kernels::embedding_positions_workspace_bytes(shape, config)));
     // The forward's saved state for the unfused backward: positions and the u8 mask.
     kernels::launch_embedding_positions(st->positions.data(), st->tokens.data(), shape, config, nullptr);
     kernels::launch_dropout_mask_u8(st->mask.data(), n * h, config.dropout, nullptr);
@@ -253,10 +254,18 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
 // Tolerances. Inputs are T values, exact in double; u = unit_roundoff(T), v = unit_roundoff(f32),
 // η = underflow_error(T), ks = 1/(1-p) (2v in float), keep ∈ {0, 1} (every bound is multiplied by
 // keep and by "not padding": dropped elements and padding rows must be exactly 0).
-//   Sinusoid in float (no table): log2_step = -log2(10000)/(half-1) rounded once (v), x = k·log2_step
-//   (v) so |Δx| <= 2v·|x| <= 2v·13.29; exp2f (CUDA: 2 ulp = 4v) and the propagated Δx (ln2·26.6v =
-//   18.4v) give the frequency to 23v; θ = position·f (v): |Δθ| <= 24v·θ <= 24v·position; sinf/cosf
-//   (2 ulp of a value <= 1: 4v) and |sin'| <= 1: |Δpos| <= 24v·position + 4v.
+//   Sinusoid (kernels/embedding.cu): f = 10000^(-k/(half-1)) in double (exp2 of k·log2_step,
+//   <= ~4·2^-53 relative with log2_step's rounding propagated through k·log2_step <= 13.3),
+//   stored as floats hi + lo: |f - hi - lo| <= 2^-24·|lo| <= 2^-48·f. Position P < 2^24 exact.
+//   θ_hi = P·hi, e = fma(P, hi, -θ_hi) exact (TwoProduct), θ_lo = fma(P, lo, e): |e| <= ulp(θ_hi)/2
+//   <= 1/2 and |P·lo| <= 1, so |θ_lo| <= 1.5 and its rounding <= v; the lo and double-f errors
+//   contribute P·f·(2^-48 + 2^-50) <= 1.25v. n = rint(θ_hi/2π) (any integer: only |r| matters),
+//   |n| < 2^22.7; r1 = fma(-n, C1, θ_hi) is exact (θ_hi and n·C1 are multiples of 2^-21 = ulp(C1)
+//   when θ_hi >= 4, and |r1| <= π + |n|·|2π - C1| < 8, so r1 has <= 24 significant bits);
+//   r2 = fma(-n, C2, r1): rounding <= ulp(4)/2 = 2v, plus |n|·|2π - C1 - C2| <= 2^22.7·2^-47 < v;
+//   r = r2 + θ_lo: rounding 2v. So |Δr| <= v + 1.25v + 2v + v + 2v = 8.25v, and sinf/cosf of
+//   |r| <= ~4 (2 ulp of a value <= 1: 4v) with |sin'| <= 1: |Δpos| <= 12.25v <= 16v, at every
+//   position (the plain-float angle of the previous kernel allowed 24v·P + 4v).
 //   fused y   : keep·[(u + 5v)|y| + ks(1 + v)·|Δpos| + η]   (fma v, ks 2v, multiply v, 1 v slack,
 //               rounding to T u|y| + η)
 //   unfused y : keep·[(u + 4v)|y| + ks·((u + v)(|s·t| + |e| + |pos|) + 3η) + η]   (s·t rounded
@@ -278,7 +287,8 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
 const char* kRule =
     "per element bounds derived in suites/operators/embedding.cu: u_T + eta_T per rounding to T, u_f32 per "
     "float "
-    "op, 24 u_f32 position + 4 u_f32 for the in-kernel sinusoid, (min(m, 32) + ceil(s/32)) u_f32 for the "
+    "op, 16 u_f32 absolute for the in-kernel sinusoid (two-float angle), (min(m, 32) + ceil(s/32)) u_f32 for "
+    "the "
     "sorted row sums (s = segment length in sorted order), "
     "m u_T for T atomics; dropped elements, padding rows and unused gradient rows exact";
 
@@ -321,7 +331,7 @@ std::vector<Case> make_cases(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const std::int64_t fixed_hidden[] = {1, 3, 127, 1000, 1023, 4097, 8, 64, 512, 1024, 2, 768};
   std::vector<Case> cases;
-  for (int i = 0; i < 54; ++i) {
+  for (int i = 0; i < 58; ++i) {
     Case c;
     const std::int64_t h = i < 12 ? fixed_hidden[i]
                                   : (rng() % 2 == 0 ? 8 * static_cast<std::int64_t>(1 + rng() % 256)
@@ -361,6 +371,15 @@ std::vector<Case> make_cases(std::uint64_t seed) {
       c.off_pos = rng() % 9;
       c.off_out = rng() % 9;
       c.off_dy = rng() % 9;
+    }
+    if (i >= 54) {
+      // Sinusoids far from the origin (positions > 10^5; the host's sinusoid table bounds how far):
+      // the two-float angle must keep 16 u_f32 there too.
+      const std::int64_t narrow[] = {2, 7, 16, 15};
+      c.shape.hidden = narrow[i - 54];
+      c.config.positions = PositionEncoding::sinusoidal;
+      c.shape.num_positions = 0;
+      c.config.position_offset = 100000 + static_cast<std::int64_t>(rng() % 31000);
     }
     cases.push_back(c);
   }
@@ -409,6 +428,7 @@ void check_case(const Case& c, Tallies& t) {
   pos_d.upload(pos_table);
   dy_d.upload(dy);
   const std::size_t ws_bytes = kernels::embedding_bwd_sorted_workspace_bytes(shape, config);
+  const std::size_t fwd_ws_bytes = kernels::embedding_fwd_workspace_bytes(shape, config);
   const std::size_t pos_ws_bytes = kernels::embedding_positions_workspace_bytes(shape, config);
   const auto tok_elems = static_cast<std::size_t>(shape.vocab * h);
   const auto pos_elems = learned ? static_cast<std::size_t>(pos_rows * h) : 0;
@@ -417,12 +437,12 @@ void check_case(const Case& c, Tallies& t) {
   std::vector<T> y1, dt1, dp1;
   for (int run = 0; run < 2; ++run) {
     Guarded<T> y(nh, c.off_out), dt(tok_elems, c.off_out), dp(pos_elems, c.off_out);
-    DeviceBuffer<unsigned char> ws(ws_bytes), pos_ws(pos_ws_bytes);
+    DeviceBuffer<unsigned char> ws(ws_bytes), fwd_ws(fwd_ws_bytes);
     ws.fill_bytes(0xFF);
-    pos_ws.fill_bytes(0xFF);
+    fwd_ws.fill_bytes(0xFF);
     kernels::launch_embedding_fwd<T>(y.data(), tokens_d.data(), table_d.data(),
-                                     learned ? pos_d.data() : nullptr, shape, config, pos_ws.data(),
-                                     pos_ws_bytes, nullptr);
+                                     learned ? pos_d.data() : nullptr, shape, config, fwd_ws.data(),
+                                     fwd_ws_bytes, nullptr);
     kernels::launch_embedding_bwd_sorted<T>(dt.data(), learned ? dp.data() : nullptr, dy_d.data(),
                                             tokens_d.data(), shape, config, ws.data(), ws_bytes, nullptr);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
@@ -488,8 +508,7 @@ void check_case(const Case& c, Tallies& t) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int32_t tok = tokens[static_cast<std::size_t>(i)];
     const bool pad = config.padding_idx >= 0 && tok == config.padding_idx;
-    const auto position = static_cast<double>(positions.data()[i]);
-    const double dpos = learned ? 0.0 : 24 * v * position + 4 * v;
+    const double dpos = learned ? 0.0 : 16 * v;
     for (std::int64_t col = 0; col < h; ++col) {
       const auto e_idx = static_cast<std::size_t>(i * h + col);
       const double k = pad || keep.data()[e_idx] == 0 ? 0.0 : 1.0;

@@ -171,19 +171,38 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   // Empty batches launch nothing; sinusoidal positions need no table.
   EXPECT_NO_THROW(launch_embedding_fwd<__half>(nullptr, nullptr, nullptr, nullptr, shape_of(0, 4, 8, 10, 4),
                                                c, nullptr, 0, nullptr));
-  // nonpad_count positions need B·L·4 bytes of workspace (the positions pre-pass).
+  // nonpad_count positions need B·L·4 bytes of workspace (the positions pre-pass); the forward
+  // also the sinusoid frequencies, floor(H/2) float2 after the positions rounded up to 256 bytes.
   EmbeddingConfig nonpad = c;
   nonpad.indexing = PositionIndexing::nonpad_count;
   EXPECT_EQ(embedding_positions_workspace_bytes(s, nonpad), 8u * 4u);
   EXPECT_EQ(embedding_positions_workspace_bytes(s, c), 0u);
   EXPECT_EQ(embedding_positions_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, c), 0u);         // learned, slot
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, nonpad), 256u);  // learned, nonpad_count
+  EmbeddingConfig sinus;
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, sinus), 4u * 8u);  // H = 8: 4 frequencies
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1, 10), sinus), 0u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1001, 10), sinus), 500u * 8u);
+  sinus.indexing = PositionIndexing::nonpad_count;
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 1280u + 3u * 8u);
   expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 0, nullptr); },
-               "embedding_fwd: workspace of 0 bytes, needs 32");
-  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, y + 2, 32, nullptr); },
+               "embedding_fwd: workspace of 0 bytes, needs 256");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 256, nullptr); },
+               "embedding_fwd: workspace is null");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, y + 2, 256, nullptr); },
                "embedding_fwd: output y overlaps input workspace");
   expect_error(
-      [&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, fake<char>(9) + 2, 32, nullptr); },
-      "embedding_fwd: workspace is not 4-byte aligned");
+      [&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, fake<char>(9) + 4, 256, nullptr); },
+      "embedding_fwd: workspace is not 8-byte aligned");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, sinus, nullptr, 16, nullptr); },
+               "embedding_fwd: workspace of 16 bytes, needs 288");
+  expect_error(
+      [&] {
+        launch_embedding_bwd_atomic<float>(y, nullptr, fake<float>(10), tokens, s, sinus, nullptr, 0,
+                                           nullptr);
+      },
+      "embedding_bwd_atomic: workspace of 0 bytes, needs 32");
 
   __nv_bfloat16* dt = fake<__nv_bfloat16>(5);
   __nv_bfloat16* dp = fake<__nv_bfloat16>(6);
