@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const Pos
 // (|f - hi - lo| <= 2^-48·f). The angle θ = position·f (position < 2^24, exact in float) is
 // formed as an unevaluated sum θ_hi + θ_lo (θ_hi + e = position·hi exactly by an FMA, θ_lo =
 // position·lo + e), reduced by 2π = C1 + C2 (two floats) with n = rint(θ_hi/2π): r = θ_hi - n·C1
-// (exact: a multiple of 2^-21 below 8 in magnitude), - n·C2, + θ_lo, and sinf/cosf see |r| <= ~4,
+// (exact: a multiple of 2^-21 below 8 in magnitude), - n·C2, + θ_lo, and sinf/cosf see |r| < 8,
 // their fast accurate path. Error of the value, whatever the position (derived in
 // suites/operators/embedding.cu): <= 16·u_f32 absolute, instead of ~24·u_f32·position for θ
 // computed in plain float.

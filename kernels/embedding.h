@@ -80,7 +80,7 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   c, c + 32·K, c + 64·K, c + 96·K) before using any. Sinusoids: a per-launch kernel computes the
 //   floor(H/2) frequencies in double into the workspace as two floats (hi + lo); per element, a
 //   two-float angle position·(hi + lo), a two-constant reduction by 2π and one sinf or cosf of
-//   the reduced argument (|r| <= ~4, the fast path): absolute error <= 16·u_f32 at any position
+//   the reduced argument (|r| < 8, the fast path): absolute error <= 16·u_f32 at any position
 //   < 2^24 (no sincosf pairing: a lane's columns are contiguous, sin and cos of one frequency
 //   sit half a row apart).
 //   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for

@@ -254,17 +254,20 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
 // Tolerances. Inputs are T values, exact in double; u = unit_roundoff(T), v = unit_roundoff(f32),
 // η = underflow_error(T), ks = 1/(1-p) (2v in float), keep ∈ {0, 1} (every bound is multiplied by
 // keep and by "not padding": dropped elements and padding rows must be exactly 0).
-//   Sinusoid (kernels/embedding.cu): f = 10000^(-k/(half-1)) in double (exp2 of k·log2_step,
-//   <= ~4·2^-53 relative with log2_step's rounding propagated through k·log2_step <= 13.3),
+//   Sinusoid (kernels/embedding.cu): f = 10000^(-k/(half-1)) in double (exp2 of k·log2_step: 1 ulp,
+//   plus log2_step's and the product's roundings through |k·log2_step| <= 13.3: <= 2^-48.6 relative),
 //   stored as floats hi + lo: |f - hi - lo| <= 2^-24·|lo| <= 2^-48·f. Position P < 2^24 exact.
 //   θ_hi = P·hi, e = fma(P, hi, -θ_hi) exact (TwoProduct), θ_lo = fma(P, lo, e): |e| <= ulp(θ_hi)/2
 //   <= 1/2 and |P·lo| <= 1, so |θ_lo| <= 1.5 and its rounding <= v; the lo and double-f errors
-//   contribute P·f·(2^-48 + 2^-50) <= 1.25v. n = rint(θ_hi/2π) (any integer: only |r| matters),
-//   |n| < 2^22.7; r1 = fma(-n, C1, θ_hi) is exact (θ_hi and n·C1 are multiples of 2^-21 = ulp(C1)
-//   when θ_hi >= 4, and |r1| <= π + |n|·|2π - C1| < 8, so r1 has <= 24 significant bits);
-//   r2 = fma(-n, C2, r1): rounding <= ulp(4)/2 = 2v, plus |n|·|2π - C1 - C2| <= 2^22.7·2^-47 < v;
-//   r = r2 + θ_lo: rounding 2v. So |Δr| <= v + 1.25v + 2v + v + 2v = 8.25v, and sinf/cosf of
-//   |r| <= ~4 (2 ulp of a value <= 1: 4v) with |sin'| <= 1: |Δpos| <= 12.25v <= 16v, at every
+//   contribute P·f·(2^-48 + 2^-48.6) <= 2v (P·f < 2^24). n = rint(θ_hi·fl(1/2π)) (the quotient <= 2^21.4
+//   carries
+//   <= 2v relative error, so n may miss the nearest integer by 1: only |r| matters), |n| < 2^21.4;
+//   |θ_hi - n·2π| <= (1/2 + 0.32)·2π < 5.2 and |n|·|2π - C1| <= 2^21.4·2^-22.4 < 0.5, so
+//   |r1| < 5.7; r1 = fma(-n, C1, θ_hi) is exact (θ_hi and n·C1 are multiples of 2^-21 = ulp(C1)
+//   when θ_hi >= 4, of 2^-22 when θ_hi < 4 (n <= 1), and |r1| < 8 fits 24 bits);
+//   r2 = fma(-n, C2, r1): rounding <= ulp(4)/2 = 4v, plus |n|·|2π - C1 - C2| <= 2^21.4·2^-47 < v;
+//   r = r2 + θ_lo (|r| < 7.2): rounding 4v. So |Δr| <= v + 2v + 4v + v + 4v = 12v, and sinf/cosf
+//   (2 ulp of a value <= 1: <= 4v) with |sin'| <= 1: |Δpos| <= 16v (first order), at every
 //   position (the plain-float angle of the previous kernel allowed 24v·P + 4v).
 //   fused y   : keep·[(u + 5v)|y| + ks(1 + v)·|Δpos| + η]   (fma v, ks 2v, multiply v, 1 v slack,
 //               rounding to T u|y| + η)
