@@ -528,54 +528,97 @@ __global__ void __launch_bounds__(kThreads) embedding_merge_kernel(const ChunkAr
 }
 
 // ---------------------------------------------------------------------------------------------
-// The baseline's element-per-thread kernels (grid-stride).
+// The baseline's kernels, each as good as PyTorch eager's kernel for the op: the row ops take a
+// warp per row (grid-stride over rows; 32-bit column indexing inside a row, no per-element
+// divides), moving 16-byte Packed<T> vectors when `vector` (H % K == 0 and every row pointer
+// 16-byte aligned), else one element a lane; scale is a vectorized elementwise loop.
+
+__device__ __forceinline__ std::int64_t warp_id_global() {
+  return (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+}
+__device__ __forceinline__ std::int64_t warps_in_grid() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32;
+}
 
 template <class T>
-__global__ void gather_rows_kernel(T* __restrict__ y, const T* __restrict__ table, std::int64_t table_rows,
-                                   const std::int32_t* __restrict__ index, std::int64_t n,
-                                   std::int64_t hidden) {
-  const std::int64_t total = n * hidden;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += stride) {
-    const std::int64_t i = e / hidden, c = e - i * hidden;
+__global__ void __launch_bounds__(kThreads)
+    gather_rows_kernel(T* __restrict__ y, const T* __restrict__ table, std::int64_t table_rows,
+                       const std::int32_t* __restrict__ index, std::int64_t n, std::int32_t hidden,
+                       bool vector) {
+  constexpr int K = Packed<T>::kSize;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const T nan = from_float<T>(__int_as_float(0x7fc00000));
+  for (std::int64_t i = warp_id_global(); i < n; i += warps_in_grid()) {
     const std::int32_t row = index[i];
-    y[e] = row >= 0 && row < table_rows ? table[row * hidden + c] : from_float<T>(__int_as_float(0x7fc00000));
+    const bool ok = row >= 0 && row < table_rows;
+    const T* __restrict__ src = table + static_cast<std::int64_t>(ok ? row : 0) * hidden;
+    T* __restrict__ dst = y + i * hidden;
+    if (vector) {
+      Packed<T> fill;
+#pragma unroll
+      for (int k = 0; k < K; ++k) fill.v[k] = nan;
+      for (std::int64_t c = lane * K; c < hidden; c += 32 * K)
+        (ok ? Packed<T>::load(src + c) : fill).store(dst + c);
+    } else {
+      for (std::int64_t c = lane; c < hidden; c += 32) dst[c] = ok ? src[c] : nan;
+    }
   }
 }
 
 template <class T>
-__global__ void scale_kernel(T* __restrict__ y, const T* __restrict__ x, std::int64_t count, float scale) {
+__global__ void __launch_bounds__(kThreads)
+    scale_kernel(T* __restrict__ y, const T* __restrict__ x, std::int64_t count, float scale, bool vector) {
+  constexpr int K = Packed<T>::kSize;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
-       e += stride)
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t vectors = vector ? count / K : 0;
+  for (std::int64_t v = first; v < vectors; v += stride) {
+    Packed<T> p = Packed<T>::load(x + v * K);
+#pragma unroll
+    for (int k = 0; k < K; ++k) p.v[k] = from_float<T>(scale * to_float(p.v[k]));
+    p.store(y + v * K);
+  }
+  for (std::int64_t e = vectors * K + first; e < count; e += stride)
     y[e] = from_float<T>(scale * to_float(x[e]));
 }
 
 template <class T>
-__global__ void zero_padding_rows_kernel(T* __restrict__ y, const T* __restrict__ x,
-                                         const std::int32_t* __restrict__ tokens, std::int64_t n,
-                                         std::int64_t hidden, std::int32_t padding_idx) {
-  const std::int64_t total = n * hidden;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += stride)
-    y[e] = is_padding(tokens[e / hidden], padding_idx) ? from_float<T>(0.0f) : x[e];
+__global__ void __launch_bounds__(kThreads)
+    zero_padding_rows_kernel(T* __restrict__ y, const T* __restrict__ x,
+                             const std::int32_t* __restrict__ tokens, std::int64_t n, std::int32_t hidden,
+                             std::int32_t padding_idx, bool vector) {
+  constexpr int K = Packed<T>::kSize;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const T zero = from_float<T>(0.0f);
+  for (std::int64_t i = warp_id_global(); i < n; i += warps_in_grid()) {
+    const bool pad = is_padding(tokens[i], padding_idx);
+    const T* __restrict__ src = x + i * hidden;
+    T* __restrict__ dst = y + i * hidden;
+    if (vector) {
+      Packed<T> fill;
+#pragma unroll
+      for (int k = 0; k < K; ++k) fill.v[k] = zero;
+      for (std::int64_t c = lane * K; c < hidden; c += 32 * K)
+        (pad ? fill : Packed<T>::load(src + c)).store(dst + c);
+    } else {
+      for (std::int64_t c = lane; c < hidden; c += 32) dst[c] = pad ? zero : src[c];
+    }
+  }
 }
 
+// index_add_: one T atomic per element (as PyTorch's index_add_ kernel), a warp per source row.
 template <class T>
-__global__ void scatter_add_rows_kernel(T* grad, std::int64_t grad_rows, const T* __restrict__ src,
-                                        const std::int32_t* __restrict__ index,
-                                        const std::int32_t* __restrict__ tokens, std::int32_t padding_idx,
-                                        std::int64_t n, std::int64_t hidden) {
-  const std::int64_t total = n * hidden;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += stride) {
-    const std::int64_t i = e / hidden, c = e - i * hidden;
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_rows_kernel(T* grad, std::int64_t grad_rows, const T* __restrict__ src,
+                            const std::int32_t* __restrict__ index, const std::int32_t* __restrict__ tokens,
+                            std::int32_t padding_idx, std::int64_t n, std::int32_t hidden) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  for (std::int64_t i = warp_id_global(); i < n; i += warps_in_grid()) {
     const std::int32_t row = index[i];
     if (is_padding(tokens[i], padding_idx) || row < 0 || row >= grad_rows) continue;
-    atomicAdd(grad + row * hidden + c, src[e]);
+    T* dst = grad + static_cast<std::int64_t>(row) * hidden;
+    const T* __restrict__ s = src + i * hidden;
+    for (std::int64_t c = lane; c < hidden; c += 32) atomicAdd(dst + c, s[c]);
   }
 }
 
@@ -651,6 +694,12 @@ void dispatch_positions(const EmbeddingConfig& config, Fn&& fn) {
   }
   if (nonpad) return fn(std::false_type{}, std::true_type{});
   return fn(std::false_type{}, std::false_type{});
+}
+
+// A warp per row: ceil(rows / 8) blocks of 8 warps, at most 65536 (then grid-stride).
+int row_blocks(std::int64_t rows) {
+  const std::int64_t blocks = (rows + kWarps - 1) / kWarps;
+  return static_cast<int>(blocks < 65536 ? blocks : 65536);
 }
 
 int grid_stride_blocks(std::int64_t total) {
@@ -1116,8 +1165,9 @@ void launch_gather_rows(T* y, const T* table, std::int64_t table_rows, const std
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, table, table_bytes<T>(table_rows, hidden), op, "y", "table");
   require_disjoint(y, bytes, index, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "index");
-  gather_rows_kernel<T>
-      <<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(y, table, table_rows, index, n, hidden);
+  const bool vector = hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(table);
+  gather_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(y, table, table_rows, index, n,
+                                                                static_cast<std::int32_t>(hidden), vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -1131,7 +1181,9 @@ void launch_scale(T* y, const T* x, std::size_t count, float scale, cudaStream_t
   require_tensor(x, op, "x");
   require_disjoint(y, count * sizeof(T), x, count * sizeof(T), op, "y", "x");
   const auto total = static_cast<std::int64_t>(count);
-  scale_kernel<T><<<grid_stride_blocks(total), kThreads, 0, stream>>>(y, x, total, scale);
+  const bool vector = aligned16(y) && aligned16(x);
+  const std::int64_t threads = vector ? (total + Packed<T>::kSize - 1) / Packed<T>::kSize : total;
+  scale_kernel<T><<<grid_stride_blocks(threads), kThreads, 0, stream>>>(y, x, total, scale, vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -1149,8 +1201,9 @@ void launch_zero_padding_rows(T* y, const T* x, const std::int32_t* tokens, std:
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, x, bytes, op, "y", "x");
   require_disjoint(y, bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
-  zero_padding_rows_kernel<T>
-      <<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(y, x, tokens, n, hidden, padding_idx);
+  const bool vector = hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(x);
+  zero_padding_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(
+      y, x, tokens, n, static_cast<std::int32_t>(hidden), padding_idx, vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -1174,8 +1227,8 @@ void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, cons
   require_disjoint(grad, grad_bytes, src, table_bytes<T>(n, hidden), op, "grad", "src");
   require_disjoint(grad, grad_bytes, index, index_bytes, op, "grad", "index");
   require_disjoint(grad, grad_bytes, tokens, index_bytes, op, "grad", "tokens");
-  scatter_add_rows_kernel<T><<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(
-      grad, grad_rows, src, index, tokens, padding_idx, n, hidden);
+  scatter_add_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(
+      grad, grad_rows, src, index, tokens, padding_idx, n, static_cast<std::int32_t>(hidden));
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
