@@ -5,12 +5,15 @@
 // 32000 (and GPT-2's 50257 with learned positions), fp32 and bf16. Forward: "unfused" (make_positions,
 // gather, scale, position gather, add, masked_fill, u8 dropout) vs "fused". Backward: "unfused"
 // (u8 dropout backward, scale, memset + index_add_ atomics) vs "atomic" and "sorted" (the
-// deterministic one). Tokens are uniform over the vocabulary with 10% padding.
+// deterministic one). Tokens are uniform over the vocabulary with 10% padding, and for bf16
+// sinusoidal also Zipf(1.1)-distributed (",zipf": frequent tokens, as in real text).
 // Minimal bytes: forward B·L·4 (tokens) + B·L·H·s gathered token rows (+ B·L·H·s learned position
 // rows) + B·L·H·s written; backward B·L·4 + B·L·H·s (dy) + D_tok·H·s (+ D_pos·H·s), D the number of
 // distinct rows that receive a gradient (computed from the experiment's tokens): the zero rows of
 // the full gradient tables ((vocab - D_tok)·H·s, likewise for positions) are NOT counted; params
-// record them as "zero_fill_bytes", so a reader can add them.
+// record them as "zero_fill_bytes", so a reader can add them. Not counted either (variant costs
+// above the minimum): the sorted backward reads dy once per table (twice with learned positions),
+// its key/sort arrays and chunk partials; the nonpad_count positions pre-pass (B·L·8).
 //
 // Checks, against reference/embedding.h in double with ref::make_dropout_mask, over >= 50 random
 // shapes per dtype (odd H included, random padding, both encodings and indexings, p ∈ {0, 0.1,
@@ -67,6 +70,37 @@ std::vector<std::int32_t> random_tokens(std::int64_t n, std::int64_t vocab, std:
   return tokens;
 }
 
+// Tokens with Zipf-distributed frequencies (P(rank r) ∝ 1/(r+1)^exponent over the vocab - 1
+// non-padding ids, the ranks assigned to ids by a Fisher-Yates shuffle), a `pad_share` of them
+// the padding id: the few frequent tokens of real text, whose rows collect thousands of
+// gradient contributions. Deterministic from the seed (mt19937_64 and our own shuffle and
+// inverse-CDF draw; no std:: distribution, whose output is implementation-defined).
+std::vector<std::int32_t> zipf_tokens(std::int64_t n, std::int64_t vocab, std::int32_t padding_idx,
+                                      double pad_share, double exponent, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> ids;
+  for (std::int64_t id = 0; id < vocab; ++id) {
+    if (id != padding_idx) ids.push_back(static_cast<std::int32_t>(id));
+  }
+  for (std::size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng() % i]);
+  std::vector<double> cdf(ids.size());
+  double total = 0.0;
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    total += std::pow(static_cast<double>(r + 1), -exponent);
+    cdf[r] = total;
+  }
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(n));
+  for (auto& t : tokens) {
+    const bool pad = padding_idx >= 0 && static_cast<double>(rng() % 1000) < 1000.0 * pad_share;
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+    const auto r = static_cast<std::size_t>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+    t = pad ? padding_idx : ids[std::min(r, ids.size() - 1)];
+  }
+  return tokens;
+}
+
+constexpr double kZipfExponent = 1.1;
+
 ref::EmbeddingConfig to_ref(const EmbeddingConfig& c) {
   ref::EmbeddingConfig r;
   r.scale = static_cast<double>(c.scale);
@@ -106,7 +140,7 @@ struct BenchState {
 
 template <class T>
 ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, std::int64_t vocab,
-                                    bool learned, bool backward) {
+                                    bool learned, bool backward, bool zipf = false) {
   const std::string dtype = DTypeTraits<T>::name;
   constexpr std::int64_t kLen = 512;
   EmbeddingShape shape{tokens / kLen, kLen, hidden, vocab, learned ? kLen : 0};
@@ -117,12 +151,13 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
   config.indexing = learned ? PositionIndexing::slot : PositionIndexing::nonpad_count;
   config.dropout = {kBenchP, kBenchSeed, kBenchOffset};
   const std::vector<std::int32_t> host_tokens =
-      random_tokens(tokens, vocab, config.padding_idx, 0.1, kBenchSeed);
+      zipf ? zipf_tokens(tokens, vocab, config.padding_idx, 0.1, kZipfExponent, kBenchSeed)
+           : random_tokens(tokens, vocab, config.padding_idx, 0.1, kBenchSeed);
 
   ExperimentSpec e;
   e.name = std::string(backward ? "embedding_bwd/" : "embedding_fwd/") + dtype +
            "/tokens=" + std::to_string(tokens) + ",H=" + std::to_string(hidden) +
-           ",vocab=" + std::to_string(vocab) + (learned ? ",learned" : ",sinusoidal");
+           ",vocab=" + std::to_string(vocab) + (learned ? ",learned" : ",sinusoidal") + (zipf ? ",zipf" : "");
   const double s = sizeof(T), n = static_cast<double>(tokens), h = static_cast<double>(hidden);
   std::set<std::int32_t> rows_tok;
   std::set<std::int64_t> rows_pos;
@@ -148,6 +183,7 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
               {"dtype", dtype},
               {"positions", learned ? "learned/slot" : "sinusoidal/nonpad_count"},
               {"padding_share", 0.1},
+              {"token_distribution", zipf ? "zipf(1.1)" : "uniform"},
               {"p", std::round(kBenchP * 1e6) / 1e6},
               {"distinct_token_rows", rows_tok.size()},
               {"zero_fill_bytes", zero_fill},
@@ -589,6 +625,9 @@ void add_embedding_experiments(SuiteSpec& suite, const SuiteOptions& options) {
         suite.experiments.push_back(embedding_experiment<float>(n, h, 32000, false, backward));
         suite.experiments.push_back(embedding_experiment<__nv_bfloat16>(n, h, 32000, false, backward));
         suite.experiments.push_back(embedding_experiment<__nv_bfloat16>(n, h, 50257, true, backward));
+        // Zipf(1.1) tokens: frequent rows (the atomic backward serializes on them; the sorted one
+        // splits them into 32-entry chunks).
+        suite.experiments.push_back(embedding_experiment<__nv_bfloat16>(n, h, 32000, false, backward, true));
       }
     }
   }
