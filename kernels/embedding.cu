@@ -515,11 +515,20 @@ __global__ void __launch_bounds__(kThreads) embedding_merge_kernel(const ChunkAr
     const bool whole = vector && count == K;
     float acc[K];
     load_floats<float, K>(a.partial + first_slot * hidden + c0, acc, count, whole);
-    for (std::int64_t w = k + 1; w < end; ++w) {
-      float q[K];
-      load_floats<float, K>(a.partial + 2 * w * hidden + c0, q, count, whole);
+    // A frequent token has ~m/32 partials: load 4 before adding them (in window order).
+    constexpr int kGroup = 4;
+    for (std::int64_t w0 = k + 1; w0 < end; w0 += kGroup) {
+      float q[kGroup][K];
 #pragma unroll
-      for (int c = 0; c < K; ++c) acc[c] += q[c];
+      for (int g = 0; g < kGroup; ++g) {
+        if (w0 + g < end) load_floats<float, K>(a.partial + 2 * (w0 + g) * hidden + c0, q[g], count, whole);
+      }
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (w0 + g >= end) break;
+#pragma unroll
+        for (int c = 0; c < K; ++c) acc[c] += q[g][c];
+      }
     }
 #pragma unroll
     for (int c = 0; c < K; ++c) acc[c] *= a.out_scale;
