@@ -11,12 +11,12 @@
 //            (= make_dropout_mask(B·L, H, p, seed, offset), kernels/dropout.h)
 //
 // position(b,l) = position_offset + (slot: l | nonpad_count: non-padding tokens in row b before
-// slot l). Sinusoidal positions are computed in the kernels in float, as ref::sinusoidal_positions
-// defines them (all sines, then all cosines; odd H leaves the last column zero; half = 1 has the
-// single frequency 1); learned positions read a [num_positions, H] table that gets a gradient.
-// nonpad_count positions come from a pre-pass (the kernel of launch_embedding_positions: one
-// block per row scans it, 1024 slots a step) into int32 [B·L] caller workspace
-// (embedding_positions_workspace_bytes: B·L·4 bytes, read B·L·4 + written B·L·4 extra traffic);
+// slot l). Sinusoidal positions are computed in the forward kernel (float, with a two-float
+// angle: see launch_embedding_fwd), as ref::sinusoidal_positions defines them (all sines, then all cosines;
+// odd H leaves the last column zero; half = 1 has the single frequency 1); learned positions read a
+// [num_positions, H] table that gets a gradient. nonpad_count positions come from a pre-pass (the kernel of
+// launch_embedding_positions: one block per row scans it, 1024 slots a step) into int32 [B·L] caller
+// workspace (embedding_positions_workspace_bytes: B·L·4 bytes, read B·L·4 + written B·L·4 extra traffic);
 // slot indexing needs neither (position = offset + l).
 //
 // Padding gives an all-zero output row (whatever the table holds and whatever the mask) and sends
@@ -85,8 +85,8 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   sit half a row apart).
 //   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
 //   learned position rows) + B·L·H·sizeof(T) written.
-//   (+ B·L·8 for the nonpad_count positions pre-pass, + floor(H/2)·8 written and read from L2
-//   per block for the sinusoid frequencies).
+//   (+ B·L·8 for the nonpad_count positions pre-pass, + floor(H/2)·8 written once and then read
+//   by every token from L1/L2 for the sinusoid frequencies).
 //   Limits: require_embedding_args; y, tokens, token_table (and position_table when learned)
 //   non-null and aligned to their element when B·L > 0; y overlaps no input; workspace of
 //   embedding_fwd_workspace_bytes, 8-byte aligned, overlapping neither y nor tokens.
@@ -115,14 +115,14 @@ std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, con
 // launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config,
 //                                workspace, workspace_bytes, stream)
 //   (workspace: embedding_positions_workspace_bytes, for nonpad_count positions)
-//   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token)
-//   atomically adds scale·g into the token row and g into the position row, in T (float atomics
-//   for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs, else scalar ones). NOT bitwise
-//   deterministic: the order of the adds to one row depends on scheduling; and for fp16/bf16
-//   every add rounds to T (as PyTorch's index_add_ in that dtype), so a row used m times carries
-//   up to (m-1)·u_T relative summation error.
-//   Traffic: tables zeroed (vocab·H + num_positions·H)·sizeof(T) written, B·L·4 + B·L·H·sizeof(T)
-//   read, B·L·H (x2 learned) read-modify-writes in L2.
+//   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token,
+//   up to 4 dy vectors a lane loaded before the first atomic) atomically adds scale·g into the token row and
+//   g into the position row, in T (float atomics for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs,
+//   else scalar ones). NOT bitwise deterministic: the order of the adds to one row depends on scheduling; and
+//   for fp16/bf16 every add rounds to T (as PyTorch's index_add_ in that dtype), so a row used m times
+//   carries up to (m-1)·u_T relative summation error. Traffic: tables zeroed (vocab·H +
+//   num_positions·H)·sizeof(T) written, B·L·4 + B·L·H·sizeof(T) read, B·L·H (x2 learned) read-modify-writes
+//   in L2.
 //
 // launch_embedding_bwd_sorted<T>(d_token_table, d_position_table, dy, tokens, shape, config,
 //                                workspace, workspace_bytes, stream)
