@@ -2,6 +2,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
 #include <type_traits>
@@ -25,18 +26,21 @@ constexpr std::int64_t kMaxSinusoidPosition = std::int64_t{1} << 24;            
 constexpr std::size_t kAlign = 256;
 
 // ---------------------------------------------------------------------------------------------
-// The token tile: block x owns slots l0 .. l0+7 of row b (b = x / tiles, l0 = 8·(x % tiles));
-// warp w takes slot l0 + w. Every thread of the block must call tile_slot (it synchronizes).
+// Tokens are tiled flat: warp w of block x takes token i = 8x + w of the B·L tokens (b = i / L,
+// l = i % L), so no warp idles whatever L is. nonpad_count positions come from the positions
+// pre-pass (embedding_positions_kernel) through the caller's workspace.
 
 struct TileArgs {
   const std::int32_t* tokens = nullptr;
-  std::int64_t len = 0, tiles_per_row = 0, vocab = 0;
+  const std::int32_t* positions = nullptr;  // nonpad_count: position(b, l) per token (pre-pass)
+  std::uint32_t n = 0, len = 0;             // B·L <= 2^31 - 1
+  std::int64_t vocab = 0;
   std::int32_t padding_idx = -1;
   std::int64_t position_offset = 0;
 };
 
 struct Slot {
-  bool active = false;   // l < L
+  bool active = false;   // i < B·L
   bool padding = false;  // token == padding_idx
   bool valid = false;    // active, not padding, token in [0, vocab)
   std::int32_t token = 0;
@@ -48,51 +52,111 @@ __device__ __forceinline__ bool is_padding(std::int32_t token, std::int32_t padd
   return padding_idx >= 0 && token == padding_idx;
 }
 
+// Token i of the flat tiling; inactive past B·L.
 template <bool kNonpad>
-__device__ __forceinline__ Slot tile_slot(const TileArgs& a) {
-  __shared__ int warp_counts[kWarps];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t b = blockIdx.x / a.tiles_per_row;
-  const std::int64_t l0 = (blockIdx.x % a.tiles_per_row) * kWarps;
-  const std::int32_t* row = a.tokens + b * a.len;
+__device__ __forceinline__ Slot token_slot(const TileArgs& a, std::uint32_t i) {
   Slot s;
-  s.index = b * a.len + l0 + warp;
-  s.active = l0 + warp < a.len;
-  std::int64_t before = l0 + warp;  // slot indexing: the position is the slot
-  if constexpr (kNonpad) {
-    // Non-padding tokens in [0, l0): all threads, then the 8 warp sums in warp order.
-    int count = 0;
-    for (std::int64_t j = threadIdx.x; j < l0; j += kThreads)
-      count += is_padding(row[j], a.padding_idx) ? 0 : 1;
-#pragma unroll
-    for (int s_ = 16; s_ > 0; s_ >>= 1) count += __shfl_xor_sync(0xffffffffu, count, s_);
-    if (lane == 0) warp_counts[warp] = count;
-    __syncthreads();
-    int base = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) base += warp_counts[w];
-    // ... plus the non-padding tokens among slots l0 .. l0+warp-1 of the tile: one ballot.
-    const bool nonpad = lane < kWarps && l0 + lane < a.len && !is_padding(row[l0 + lane], a.padding_idx);
-    const unsigned ballot = __ballot_sync(0xffffffffu, nonpad);
-    before = base + __popc(ballot & ((1u << warp) - 1u));
-  }
+  s.index = i;
+  s.active = i < a.n;
   if (s.active) {
-    s.token = row[l0 + warp];
+    s.token = a.tokens[i];
     s.padding = is_padding(s.token, a.padding_idx);
     s.valid = !s.padding && s.token >= 0 && s.token < a.vocab;
-    s.position = a.position_offset + before;
+    s.position = kNonpad ? static_cast<std::int64_t>(a.positions[i]) : a.position_offset + i % a.len;
   }
   return s;
 }
 
-// The sinusoid of column `col` at `position`: sin for col < half, cos for half <= col < 2·half,
-// 0 for the odd column. log2_step = -log2(10000)/(half-1) (0 for half = 1), so that the frequency
-// exp2(k·log2_step) = exp(-k·ln(10000)/(half-1)).
-__device__ __forceinline__ float sinusoid(float position, std::int64_t col, std::int64_t half,
-                                          float log2_step) {
-  if (col < half) return sinf(position * exp2f(static_cast<float>(col) * log2_step));
-  if (col < 2 * half) return cosf(position * exp2f(static_cast<float>(col - half) * log2_step));
-  return 0.0f;
+__device__ __forceinline__ std::uint32_t warp_token() {
+  return blockIdx.x * static_cast<std::uint32_t>(kWarps) + threadIdx.x / 32;
+}
+
+// The positions pre-pass: block b scans row b (256 threads, 4 consecutive slots a thread, 1024
+// slots a step; cub::BlockScan of the per-thread non-padding counts) and writes
+// positions[b·L + l] = offset + (slot: l | nonpad_count: non-padding tokens before l), padding
+// slots included. Traffic: B·L·4 read + B·L·4 written.
+struct PositionArgs {
+  const std::int32_t* tokens = nullptr;
+  std::int32_t* positions = nullptr;
+  std::int64_t len = 0;
+  std::int32_t padding_idx = -1;
+  std::int32_t position_offset = 0;  // offset + L <= 2^31 - 2
+};
+
+template <bool kNonpad>
+__global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const PositionArgs a) {
+  constexpr int kPer = 4;
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * a.len;
+  const std::int32_t* tokens = a.tokens + row;
+  std::int32_t* out = a.positions + row;
+  std::int32_t before = 0;  // non-padding tokens before this step
+  for (std::int64_t l0 = 0; l0 < a.len; l0 += kThreads * kPer) {
+    const std::int64_t l = l0 + static_cast<std::int64_t>(threadIdx.x) * kPer;
+    if constexpr (kNonpad) {
+      bool nonpad[kPer];
+      int count = 0;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        nonpad[q] = l + q < a.len && !is_padding(tokens[l + q], a.padding_idx);
+        count += nonpad[q] ? 1 : 0;
+      }
+      int prefix = 0, total = 0;
+      Scan(scan).ExclusiveSum(count, prefix, total);
+      __syncthreads();  // the scan storage is reused by the next step
+      std::int32_t at = a.position_offset + before + prefix;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        if (l + q < a.len) out[l + q] = at;
+        at += nonpad[q] ? 1 : 0;
+      }
+      before += total;
+    } else {
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        if (l + q < a.len) out[l + q] = a.position_offset + static_cast<std::int32_t>(l + q);
+      }
+    }
+  }
+}
+
+// Sinusoids. The per-column frequencies f_k = 10000^(-k/(half-1)) (1 for half = 1) are computed
+// once per launch in double by embedding_frequency_kernel and kept as two floats hi + lo
+// (|f - hi - lo| <= 2^-48·f). The angle θ = position·f (position < 2^24, exact in float) is
+// formed as an unevaluated sum θ_hi + θ_lo (θ_hi + e = position·hi exactly by an FMA, θ_lo =
+// position·lo + e), reduced by 2π = C1 + C2 (two floats) with n = rint(θ_hi/2π): r = θ_hi - n·C1
+// (exact: a multiple of 2^-21 below 8 in magnitude), - n·C2, + θ_lo, and sinf/cosf see |r| < 8,
+// their fast accurate path. Error of the value, whatever the position (derived in
+// suites/operators/embedding.cu): <= 16·u_f32 absolute, instead of ~24·u_f32·position for θ
+// computed in plain float.
+struct SinusoidArgs {
+  const float2* freq = nullptr;  // [half]: hi, lo
+  std::int64_t half = 0;
+  float two_pi_hi = 0.0f, two_pi_lo = 0.0f, inv_two_pi = 0.0f;
+};
+
+__global__ void __launch_bounds__(kThreads)
+    embedding_frequency_kernel(float2* freq, std::int64_t half, double log2_step) {
+  const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= half) return;
+  const double f = exp2(static_cast<double>(k) * log2_step);
+  const auto hi = static_cast<float>(f);
+  freq[k] = make_float2(hi, static_cast<float>(f - static_cast<double>(hi)));
+}
+
+__device__ __forceinline__ float sinusoid(float position, std::int64_t col, const SinusoidArgs& s) {
+  if (col >= 2 * s.half) return 0.0f;  // the odd H's last column
+  const bool is_sin = col < s.half;
+  const float2 f = s.freq[is_sin ? col : col - s.half];
+  const float theta_hi = position * f.x;
+  const float err = fmaf(position, f.x, -theta_hi);  // exact
+  const float theta_lo = fmaf(position, f.y, err);
+  const float n = rintf(theta_hi * s.inv_two_pi);
+  float r = fmaf(-n, s.two_pi_hi, theta_hi);  // exact
+  r = fmaf(-n, s.two_pi_lo, r);
+  r += theta_lo;
+  return is_sin ? sinf(r) : cosf(r);
 }
 
 template <class T>
@@ -101,52 +165,71 @@ struct FwdArgs {
   const T* token_table = nullptr;
   const T* position_table = nullptr;
   TileArgs tile;
+  SinusoidArgs sinusoid;
   std::int64_t hidden = 0;
-  float scale = 1.0f, log2_step = 0.0f;
+  float scale = 1.0f;
   float p = 0.0f, keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
   bool vector_path = false;  // H % K == 0 and y and the tables 16-byte aligned
 };
 
+// A lane's vectors per step: all loads of a step are issued before any use (H <= 4·32·K, i.e.
+// 512 fp32 or 1024 16-bit columns, is a single step).
+constexpr int kUnroll = 4;
+
 template <class T, bool kLearned, bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
-  const Slot s = tile_slot<kNonpad>(a.tile);
+  const Slot s = token_slot<kNonpad>(a.tile, warp_token());
   if (!s.active) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t hidden = a.hidden;
   T* __restrict__ out = a.y + s.index * hidden;
   const T* __restrict__ tok_row = a.token_table + static_cast<std::int64_t>(s.valid ? s.token : 0) * hidden;
   const T* __restrict__ pos_row = kLearned ? a.position_table + s.position * hidden : nullptr;
-  const std::int64_t half = hidden / 2;
   const float position = static_cast<float>(s.position);
-  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
-    const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
-    const bool whole = a.vector_path && count == K;
-    float v[K];
-    if (s.padding) {
+  for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
+    float t[kUnroll][K], q[kUnroll][K];
+    int count[kUnroll];
 #pragma unroll
-      for (int k = 0; k < K; ++k) v[k] = 0.0f;
-    } else if (!s.valid) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
-    } else {
-      float t[K], q[K];
-      load_floats<T, K>(tok_row + c0, t, count, whole);
-      if constexpr (kLearned) {
-        load_floats<T, K>(pos_row + c0, q, count, whole);
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t c0 = base + u * 32 * K;
+      count[u] = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+      const bool whole = a.vector_path && count[u] == K;
+      if (s.valid && count[u] > 0) {
+        load_floats<T, K>(tok_row + c0, t[u], count[u], whole);
+        if constexpr (kLearned) load_floats<T, K>(pos_row + c0, q[u], count[u], whole);
       } else {
 #pragma unroll
-        for (int k = 0; k < K; ++k) q[k] = k < count ? sinusoid(position, c0 + k, half, a.log2_step) : 0.0f;
+        for (int k = 0; k < K; ++k) t[u][k] = q[u][k] = 0.0f;
       }
-      const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                       : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
-#pragma unroll
-      for (int k = 0; k < K; ++k)
-        v[k] = fmaf(t[k], a.scale, q[k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
     }
-    store_floats<T, K>(out + c0, v, count, whole);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (count[u] == 0) break;  // the later vectors are past the row too
+      const std::int64_t c0 = base + u * 32 * K;
+      const bool whole = a.vector_path && count[u] == K;
+      float v[K];
+      if (s.padding) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] = 0.0f;
+      } else if (!s.valid) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
+      } else {
+        if constexpr (!kLearned) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) q[u][k] = k < count[u] ? sinusoid(position, c0 + k, a.sinusoid) : 0.0f;
+        }
+        const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
+        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                                         : dropout_keep_bits(a.seed, a.offset, first, count[u], a.p);
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+          v[k] = fmaf(t[u][k], a.scale, q[u][k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
+      }
+      store_floats<T, K>(out + c0, v, count[u], whole);
+    }
   }
 }
 
@@ -192,28 +275,45 @@ struct BwdArgs {
 template <class T, bool kLearned, bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_bwd_atomic_kernel(const BwdArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
-  const Slot s = tile_slot<kNonpad>(a.tile);
+  const Slot s = token_slot<kNonpad>(a.tile, warp_token());
   if (!s.valid) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t hidden = a.hidden;
   const T* __restrict__ dy = a.dy + s.index * hidden;
   T* tok_row = a.d_token_table + static_cast<std::int64_t>(s.token) * hidden;
   T* pos_row = kLearned ? a.d_position_table + s.position * hidden : nullptr;
-  for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
-    const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
-    const bool whole = a.vector_path && count == K;
-    float g[K], sg[K];
-    load_floats<T, K>(dy + c0, g, count, whole);
-    const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-    const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                     : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+  for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
+    // All of the step's dy loads first, then the atomics.
+    float g[kUnroll][K];
+    int count[kUnroll];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      g[k] *= ((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f;
-      sg[k] = a.scale * g[k];
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t c0 = base + u * 32 * K;
+      count[u] = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+      if (count[u] > 0) {
+        load_floats<T, K>(dy + c0, g[u], count[u], a.vector_path && count[u] == K);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) g[u][k] = 0.0f;
+      }
     }
-    atomic_add_floats<T, K>(tok_row + c0, sg, count, whole);
-    if constexpr (kLearned) atomic_add_floats<T, K>(pos_row + c0, g, count, whole);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (count[u] == 0) break;  // the later vectors are past the row too
+      const std::int64_t c0 = base + u * 32 * K;
+      const bool whole = a.vector_path && count[u] == K;
+      const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
+      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                                       : dropout_keep_bits(a.seed, a.offset, first, count[u], a.p);
+      float sg[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        g[u][k] *= ((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f;
+        sg[k] = a.scale * g[u][k];
+      }
+      atomic_add_floats<T, K>(tok_row + c0, sg, count[u], whole);
+      if constexpr (kLearned) atomic_add_floats<T, K>(pos_row + c0, g[u], count[u], whole);
+    }
   }
 }
 
@@ -226,152 +326,308 @@ struct KeyArgs {
   std::int32_t* token_values = nullptr;  // b·L + l
   std::uint32_t* position_keys = nullptr;
   std::int32_t* position_values = nullptr;
-  std::int32_t* positions = nullptr;  // the baseline's make_positions: position(b, l), padding included
   std::int64_t num_positions = 0;
 };
 
+// One thread per token (grid-stride).
 template <bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs a) {
-  const Slot s = tile_slot<kNonpad>(a.tile);
-  if (!s.active || threadIdx.x % 32 != 0) return;
-  const auto i = static_cast<std::int32_t>(s.index);
-  if (a.token_keys != nullptr) {
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.tile.n; i += stride) {
+    const Slot s = token_slot<kNonpad>(a.tile, i);
     a.token_keys[i] =
         s.valid ? static_cast<std::uint32_t>(s.token) : static_cast<std::uint32_t>(a.tile.vocab);
-    a.token_values[i] = i;
-  }
-  if (a.position_keys != nullptr) {
-    a.position_keys[i] =
-        s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
-    a.position_values[i] = i;
-  }
-  if (a.positions != nullptr) a.positions[i] = static_cast<std::int32_t>(s.position);
-}
-
-// The first index j in [0, n) with keys[j] >= key (n if none).
-__device__ __forceinline__ std::int64_t lower_bound(const std::uint32_t* keys, std::int64_t n,
-                                                    std::uint32_t key) {
-  std::int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    if (keys[mid] < key) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
+    a.token_values[i] = static_cast<std::int32_t>(i);
+    if (a.position_keys != nullptr) {
+      a.position_keys[i] =
+          s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
+      a.position_values[i] = static_cast<std::int32_t>(i);
     }
   }
-  return lo;
 }
 
+// Slot-indexed learned positions need no sort: position offset + l receives the entries
+// b·L + l, b = 0 .. B-1, in increasing b. Entry j = l·B + b of the "sorted" arrays gets key
+// offset + l and value b·L + l, or -1 (skipped by the window kernel) for padding and invalid
+// tokens; the keys are non-decreasing, so the window and merge kernels below apply unchanged.
+struct SlotKeyArgs {
+  const std::int32_t* tokens = nullptr;
+  std::uint32_t* keys = nullptr;
+  std::int32_t* values = nullptr;
+  std::uint32_t n = 0, batch = 0, len = 0, position_offset = 0;
+  std::int32_t vocab = 0, padding_idx = -1;
+};
+
+__global__ void __launch_bounds__(kThreads) embedding_slot_keys_kernel(const SlotKeyArgs a) {
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < a.n; j += stride) {
+    const std::uint32_t l = j / a.batch, b = j - l * a.batch;
+    const std::uint32_t i = b * a.len + l;  // < n <= 2^31 - 1
+    const std::int32_t tok = a.tokens[i];
+    const bool valid = !is_padding(tok, a.padding_idx) && tok >= 0 && tok < a.vocab;
+    a.keys[j] = a.position_offset + l;
+    a.values[j] = valid ? static_cast<std::int32_t>(i) : -1;
+  }
+}
+
+// The chunked segmented reduction over the sorted pairs. The sorted array is cut into windows
+// of kChunk consecutive entries (window k: entries k·kChunk .. k·kChunk + kChunk - 1); a piece
+// is the part of one segment (equal keys) inside one window. The window kernel sums each piece
+// in entry order; a piece that is a whole segment is scaled, rounded once and written to its
+// table row; the others (segments that cross a window boundary) go to float partial rows:
+// slot 2k for the piece that starts window k, slot 2k + 1 for a piece that starts inside window
+// k and runs past its end (at most one). The merge kernel, one warp per window in which such a
+// segment starts, adds the segment's partials in window order. Both orders are fixed by the
+// sorted keys (stable sort of distinct pairs) and kChunk: bitwise reproducible on any GPU.
+constexpr int kChunk = kEmbeddingSortChunk;  // a warp's lanes hold the window's keys and values
+static_assert(kChunk == 32, "the window kernel keeps one entry per lane");
+constexpr std::uint32_t kNoKey = 0xFFFFFFFFu;  // differs from every key (keys <= 2^31 - 1)
+
 template <class T>
-struct SegmentArgs {
-  T* grad = nullptr;  // [rows, H]
+struct ChunkArgs {
+  T* grad = nullptr;         // [rows, H], zeroed before the window kernel
+  float* partial = nullptr;  // [2·windows, H]
   const T* dy = nullptr;
-  const std::uint32_t* keys = nullptr;  // sorted, n
-  const std::int32_t* values = nullptr;
-  std::int64_t n = 0, rows = 0, hidden = 0;
+  const std::uint32_t* keys = nullptr;   // sorted, n; keys >= rows (the sentinel) sort last
+  const std::int32_t* values = nullptr;  // dy row of each entry; -1: skip
+  std::int64_t n = 0, windows = 0, rows = 0, hidden = 0;
   float out_scale = 1.0f;
   float p = 0.0f, keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
-  bool vector_path = false;  // H % K == 0 and dy 16-byte aligned
+  bool vector_path = false;  // H % K == 0, dy and grad 16-byte aligned (the partials always are)
 };
 
-// Block r writes row r of grad: Σ over its segment of the dropout gradient rows, in the fixed
-// order documented in the header. 32·K columns a pass; the 8 warp partials meet in shared memory.
+// Columns of the lane in column tile `tile` (32·K columns a tile): first column, count (0 .. K).
+template <int K>
+__device__ __forceinline__ int tile_columns(std::int64_t tile, int lane, std::int64_t hidden,
+                                            std::int64_t& c0) {
+  c0 = tile * (32 * K) + static_cast<std::int64_t>(lane) * K;
+  return c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+}
+
+// Grid: x = ceil(windows / 8) blocks of 8 warps, warp w taking window 8·blockIdx.x + w;
+// y = column tiles of 32·K columns (grid-stride over tiles beyond gridDim.y). No __syncthreads.
 template <class T>
-__global__ void __launch_bounds__(kThreads) embedding_segment_kernel(const SegmentArgs<T> a) {
+__global__ void __launch_bounds__(kThreads) embedding_window_kernel(const ChunkArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
-  constexpr int kTile = 32 * K;
-  __shared__ float partial[kWarps][kTile];
+  constexpr int kGroup = 4;  // entries whose dy vectors are loaded before they are added
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t r = blockIdx.x;
-  const std::int64_t lo = lower_bound(a.keys, a.n, static_cast<std::uint32_t>(r));
-  const std::int64_t hi = lower_bound(a.keys, a.n, static_cast<std::uint32_t>(r + 1));
+  const std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
+  if (k >= a.windows) return;
+  const std::int64_t j0 = k * kChunk;
+  const int size = static_cast<int>(a.n - j0 < kChunk ? a.n - j0 : kChunk);  // 1 .. kChunk
+  const auto rows = static_cast<std::uint32_t>(a.rows);
+  const std::uint32_t my_key = lane < size ? a.keys[j0 + lane] : kNoKey;
+  const std::int32_t my_value = lane < size ? a.values[j0 + lane] : -1;
+  const std::uint32_t prev = j0 > 0 ? a.keys[j0 - 1] : kNoKey;
+  const std::uint32_t next = j0 + size < a.n ? a.keys[j0 + size] : kNoKey;
+  // Valid keys (< rows) form a prefix of the sorted array: `used` entries of this window.
+  const int used = __popc(__ballot_sync(0xffffffffu, my_key < rows));
+  if (used == 0) return;
   const std::int64_t hidden = a.hidden;
-  T* __restrict__ out = a.grad + r * hidden;
-  for (std::int64_t tile0 = 0; tile0 < hidden; tile0 += kTile) {
-    const std::int64_t c0 = tile0 + static_cast<std::int64_t>(lane) * K;
-    const int count = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+  for (std::int64_t tile = blockIdx.y; tile * (32 * K) < hidden; tile += gridDim.y) {
+    std::int64_t c0 = 0;
+    const int count = tile_columns<K>(tile, lane, hidden, c0);
     const bool whole = a.vector_path && count == K;
     float acc[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) acc[k] = 0.0f;
-    if (count > 0) {
-#pragma unroll 2
-      for (std::int64_t j = lo + warp; j < hi; j += kWarps) {
-        const std::int64_t i = a.values[j];
-        float g[K];
-        load_floats<T, K>(a.dy + i * hidden + c0, g, count, whole);
-        const auto first = static_cast<std::uint64_t>(i * hidden + c0);
-        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                         : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+    for (int c = 0; c < K; ++c) acc[c] = 0.0f;
+    int piece_begin = 0;
+    for (int e0 = 0; e0 < used; e0 += kGroup) {
+      // Load the group's dy vectors first (independent loads in flight), then add in order.
+      float g[kGroup][K];
+      std::uint32_t keep[kGroup];
 #pragma unroll
-        for (int k = 0; k < K; ++k) acc[k] += g[k] * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
+      for (int q = 0; q < kGroup; ++q) {
+        const int e = e0 + q;
+        const std::int32_t i = __shfl_sync(0xffffffffu, my_value, e & 31);
+        keep[q] = 0;
+        if (e < used && i >= 0 && count > 0) {
+          const std::int64_t at = static_cast<std::int64_t>(i) * hidden + c0;
+          load_floats<T, K>(a.dy + at, g[q], count, whole);
+          const auto first = static_cast<std::uint64_t>(at);
+          keep[q] = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
+                          : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+        } else {
+#pragma unroll
+          for (int c = 0; c < K; ++c) g[q][c] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kGroup; ++q) {
+        const int e = e0 + q;
+        const std::uint32_t key = __shfl_sync(0xffffffffu, my_key, e & 31);
+        const std::uint32_t after = __shfl_sync(0xffffffffu, my_key, (e + 1) & 31);
+        if (e >= used) break;  // uniform over the warp
+        const std::int32_t i = __shfl_sync(0xffffffffu, my_value, e & 31);
+        if (i >= 0) {
+#pragma unroll
+          for (int c = 0; c < K; ++c) acc[c] += g[q][c] * (((keep[q] >> c) & 1u) != 0 ? a.keep_scale : 0.0f);
+        }
+        const std::uint32_t following = e + 1 < size ? after : next;
+        if (following == key && e + 1 < size) continue;  // the piece goes on in this window
+        // The piece [piece_begin, e] ends: at a segment end or at the window's end.
+        const bool starts_segment = piece_begin > 0 || prev != key;
+        const bool ends_segment = following != key;
+        if (count > 0) {
+          if (starts_segment && ends_segment) {
+            float out[K];
+#pragma unroll
+            for (int c = 0; c < K; ++c) out[c] = a.out_scale * acc[c];
+            store_floats<T, K>(a.grad + static_cast<std::int64_t>(key) * hidden + c0, out, count, whole);
+          } else {
+            const std::int64_t slot = 2 * k + (piece_begin > 0 ? 1 : 0);
+            store_floats<float, K>(a.partial + slot * hidden + c0, acc, count, a.vector_path && count == K);
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < K; ++c) acc[c] = 0.0f;
+        piece_begin = e + 1;
+      }
+    }
+  }
+}
+
+// Warp w of block x takes window k = 8x + w; it works only when a segment that crosses the end
+// of window k starts in window k: its row = its first piece's partial (slot 2k or 2k + 1) + the
+// partials 2k' of the following windows k' that start with the same key, added in window order,
+// scaled and rounded once.
+template <class T>
+__global__ void __launch_bounds__(kThreads) embedding_merge_kernel(const ChunkArgs<T> a) {
+  constexpr int K = Packed<T>::kSize;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
+  if (k >= a.windows) return;
+  const std::int64_t j0 = k * kChunk;
+  const std::int64_t last = (a.n - j0 < kChunk ? a.n : j0 + kChunk) - 1;
+  const std::uint32_t key = a.keys[last];
+  if (key >= static_cast<std::uint32_t>(a.rows) || last + 1 >= a.n || a.keys[last + 1] != key) return;
+  if (j0 > 0 && a.keys[j0 - 1] == key) return;  // the segment started in an earlier window
+  const std::int64_t first_slot = 2 * k + (a.keys[j0] == key ? 0 : 1);
+  std::int64_t end = k + 1;  // windows k+1 .. end-1 continue the segment
+  while (end < a.windows && a.keys[end * kChunk] == key) ++end;
+  const std::int64_t hidden = a.hidden;
+  const bool vector = a.vector_path;
+  for (std::int64_t tile = blockIdx.y; tile * (32 * K) < hidden; tile += gridDim.y) {
+    std::int64_t c0 = 0;
+    const int count = tile_columns<K>(tile, lane, hidden, c0);
+    if (count == 0) continue;
+    const bool whole = vector && count == K;
+    float acc[K];
+    load_floats<float, K>(a.partial + first_slot * hidden + c0, acc, count, whole);
+    // A frequent token has ~m/32 partials: load 4 before adding them (in window order).
+    constexpr int kGroup = 4;
+    for (std::int64_t w0 = k + 1; w0 < end; w0 += kGroup) {
+      float q[kGroup][K];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (w0 + g < end) load_floats<float, K>(a.partial + 2 * (w0 + g) * hidden + c0, q[g], count, whole);
+      }
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (w0 + g >= end) break;
+#pragma unroll
+        for (int c = 0; c < K; ++c) acc[c] += q[g][c];
       }
     }
 #pragma unroll
-    for (int k = 0; k < K; ++k) partial[warp][lane * K + k] = acc[k];
-    __syncthreads();
-    for (int c = static_cast<int>(threadIdx.x); c < kTile; c += kThreads) {
-      if (tile0 + c >= hidden) break;
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += partial[w][c];
-      out[tile0 + c] = from_float<T>(a.out_scale * sum);
-    }
-    __syncthreads();  // the partials are rewritten by the next pass
+    for (int c = 0; c < K; ++c) acc[c] *= a.out_scale;
+    store_floats<T, K>(a.grad + static_cast<std::int64_t>(key) * hidden + c0, acc, count, whole);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// The baseline's element-per-thread kernels (grid-stride).
+// The baseline's kernels, each as good as PyTorch eager's kernel for the op: the row ops take a
+// warp per row (grid-stride over rows; 32-bit column indexing inside a row, no per-element
+// divides), moving 16-byte Packed<T> vectors when `vector` (H % K == 0 and every row pointer
+// 16-byte aligned), else one element a lane; scale is a vectorized elementwise loop.
+
+__device__ __forceinline__ std::int64_t warp_id_global() {
+  return (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+}
+__device__ __forceinline__ std::int64_t warps_in_grid() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32;
+}
 
 template <class T>
-__global__ void gather_rows_kernel(T* __restrict__ y, const T* __restrict__ table, std::int64_t table_rows,
-                                   const std::int32_t* __restrict__ index, std::int64_t n,
-                                   std::int64_t hidden) {
-  const std::int64_t total = n * hidden;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += stride) {
-    const std::int64_t i = e / hidden, c = e - i * hidden;
+__global__ void __launch_bounds__(kThreads)
+    gather_rows_kernel(T* __restrict__ y, const T* __restrict__ table, std::int64_t table_rows,
+                       const std::int32_t* __restrict__ index, std::int64_t n, std::int32_t hidden,
+                       bool vector) {
+  constexpr int K = Packed<T>::kSize;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const T nan = from_float<T>(__int_as_float(0x7fc00000));
+  for (std::int64_t i = warp_id_global(); i < n; i += warps_in_grid()) {
     const std::int32_t row = index[i];
-    y[e] = row >= 0 && row < table_rows ? table[row * hidden + c] : from_float<T>(__int_as_float(0x7fc00000));
+    const bool ok = row >= 0 && row < table_rows;
+    const T* __restrict__ src = table + static_cast<std::int64_t>(ok ? row : 0) * hidden;
+    T* __restrict__ dst = y + i * hidden;
+    if (vector) {
+      Packed<T> fill;
+#pragma unroll
+      for (int k = 0; k < K; ++k) fill.v[k] = nan;
+      for (std::int64_t c = lane * K; c < hidden; c += 32 * K)
+        (ok ? Packed<T>::load(src + c) : fill).store(dst + c);
+    } else {
+      for (std::int64_t c = lane; c < hidden; c += 32) dst[c] = ok ? src[c] : nan;
+    }
   }
 }
 
 template <class T>
-__global__ void scale_kernel(T* __restrict__ y, const T* __restrict__ x, std::int64_t count, float scale) {
+__global__ void __launch_bounds__(kThreads)
+    scale_kernel(T* __restrict__ y, const T* __restrict__ x, std::int64_t count, float scale, bool vector) {
+  constexpr int K = Packed<T>::kSize;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
-       e += stride)
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t vectors = vector ? count / K : 0;
+  for (std::int64_t v = first; v < vectors; v += stride) {
+    Packed<T> p = Packed<T>::load(x + v * K);
+#pragma unroll
+    for (int k = 0; k < K; ++k) p.v[k] = from_float<T>(scale * to_float(p.v[k]));
+    p.store(y + v * K);
+  }
+  for (std::int64_t e = vectors * K + first; e < count; e += stride)
     y[e] = from_float<T>(scale * to_float(x[e]));
 }
 
 template <class T>
-__global__ void zero_padding_rows_kernel(T* __restrict__ y, const T* __restrict__ x,
-                                         const std::int32_t* __restrict__ tokens, std::int64_t n,
-                                         std::int64_t hidden, std::int32_t padding_idx) {
-  const std::int64_t total = n * hidden;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += stride)
-    y[e] = is_padding(tokens[e / hidden], padding_idx) ? from_float<T>(0.0f) : x[e];
+__global__ void __launch_bounds__(kThreads)
+    zero_padding_rows_kernel(T* __restrict__ y, const T* __restrict__ x,
+                             const std::int32_t* __restrict__ tokens, std::int64_t n, std::int32_t hidden,
+                             std::int32_t padding_idx, bool vector) {
+  constexpr int K = Packed<T>::kSize;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const T zero = from_float<T>(0.0f);
+  for (std::int64_t i = warp_id_global(); i < n; i += warps_in_grid()) {
+    const bool pad = is_padding(tokens[i], padding_idx);
+    const T* __restrict__ src = x + i * hidden;
+    T* __restrict__ dst = y + i * hidden;
+    if (vector) {
+      Packed<T> fill;
+#pragma unroll
+      for (int k = 0; k < K; ++k) fill.v[k] = zero;
+      for (std::int64_t c = lane * K; c < hidden; c += 32 * K)
+        (pad ? fill : Packed<T>::load(src + c)).store(dst + c);
+    } else {
+      for (std::int64_t c = lane; c < hidden; c += 32) dst[c] = pad ? zero : src[c];
+    }
+  }
 }
 
+// index_add_: one T atomic per element (as PyTorch's index_add_ kernel), a warp per source row.
 template <class T>
-__global__ void scatter_add_rows_kernel(T* grad, std::int64_t grad_rows, const T* __restrict__ src,
-                                        const std::int32_t* __restrict__ index,
-                                        const std::int32_t* __restrict__ tokens, std::int32_t padding_idx,
-                                        std::int64_t n, std::int64_t hidden) {
-  const std::int64_t total = n * hidden;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += stride) {
-    const std::int64_t i = e / hidden, c = e - i * hidden;
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_rows_kernel(T* grad, std::int64_t grad_rows, const T* __restrict__ src,
+                            const std::int32_t* __restrict__ index, const std::int32_t* __restrict__ tokens,
+                            std::int32_t padding_idx, std::int64_t n, std::int32_t hidden) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  for (std::int64_t i = warp_id_global(); i < n; i += warps_in_grid()) {
     const std::int32_t row = index[i];
     if (is_padding(tokens[i], padding_idx) || row < 0 || row >= grad_rows) continue;
-    atomicAdd(grad + row * hidden + c, src[e]);
+    T* dst = grad + static_cast<std::int64_t>(row) * hidden;
+    const T* __restrict__ s = src + i * hidden;
+    for (std::int64_t c = lane; c < hidden; c += 32) atomicAdd(dst + c, s[c]);
   }
 }
 
@@ -387,23 +643,53 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
+// A tensor argument: non-null and aligned to its element (misaligned element accesses fault on
+// the device; the kernels' vector paths additionally test 16-byte alignment themselves).
+template <class E>
+void require_tensor(const E* ptr, const char* op, const char* name) {
+  require_non_null(ptr, op, name);
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(ptr) % alignof(E) == 0,
+                   op << ": " << name << " (" << static_cast<const void*>(ptr) << ") is not aligned to "
+                      << alignof(E) << " bytes");
+}
+
 bool aligned16(const void* ptr) {
   return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
 }
 
-TileArgs make_tile(const std::int32_t* tokens, const EmbeddingShape& shape, const EmbeddingConfig& config) {
+TileArgs make_tile(const std::int32_t* tokens, const std::int32_t* positions, const EmbeddingShape& shape,
+                   const EmbeddingConfig& config) {
   TileArgs t;
   t.tokens = tokens;
-  t.len = shape.len;
-  t.tiles_per_row = (shape.len + kWarps - 1) / kWarps;
+  t.positions = positions;
+  t.n = static_cast<std::uint32_t>(shape.tokens());
+  t.len = static_cast<std::uint32_t>(shape.len);
   t.vocab = shape.vocab;
   t.padding_idx = config.padding_idx;
   t.position_offset = config.position_offset;
   return t;
 }
 
+// Blocks of 8 warps, a warp per token: ceil(B·L / 8) <= 2^28.
 unsigned tile_blocks(const EmbeddingShape& shape) {
-  return static_cast<unsigned>(shape.batch * ((shape.len + kWarps - 1) / kWarps));
+  return static_cast<unsigned>((shape.tokens() + kWarps - 1) / kWarps);
+}
+
+// The positions pre-pass into `positions` (B·L int32), one block per row.
+void run_positions(std::int32_t* positions, const std::int32_t* tokens, const EmbeddingShape& shape,
+                   const EmbeddingConfig& config, cudaStream_t stream) {
+  PositionArgs a;
+  a.tokens = tokens;
+  a.positions = positions;
+  a.len = shape.len;
+  a.padding_idx = config.padding_idx;
+  a.position_offset = static_cast<std::int32_t>(config.position_offset);
+  if (config.indexing == PositionIndexing::nonpad_count) {
+    embedding_positions_kernel<true><<<static_cast<unsigned>(shape.batch), kThreads, 0, stream>>>(a);
+  } else {
+    embedding_positions_kernel<false><<<static_cast<unsigned>(shape.batch), kThreads, 0, stream>>>(a);
+  }
+  SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
 // Calls fn(std::bool_constant<learned>, std::bool_constant<nonpad>).
@@ -417,6 +703,12 @@ void dispatch_positions(const EmbeddingConfig& config, Fn&& fn) {
   }
   if (nonpad) return fn(std::false_type{}, std::true_type{});
   return fn(std::false_type{}, std::false_type{});
+}
+
+// A warp per row: ceil(rows / 8) blocks of 8 warps, at most 65536 (then grid-stride).
+int row_blocks(std::int64_t rows) {
+  const std::int64_t blocks = (rows + kWarps - 1) / kWarps;
+  return static_cast<int>(blocks < 65536 ? blocks : 65536);
 }
 
 int grid_stride_blocks(std::int64_t total) {
@@ -434,11 +726,11 @@ void require_bwd_pointers(T* d_token_table, T* d_position_table, const T* dy, co
   const std::size_t pos_bytes = learned ? table_bytes<T>(shape.num_positions, shape.hidden) : 0;
   const std::size_t dy_bytes = table_bytes<T>(n, shape.hidden);
   const std::size_t tokens_bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
-  require_non_null(d_token_table, op, "d_token_table");
-  if (learned && pos_bytes > 0) require_non_null(d_position_table, op, "d_position_table");
+  require_tensor(d_token_table, op, "d_token_table");
+  if (learned && pos_bytes > 0) require_tensor(d_position_table, op, "d_position_table");
   if (n > 0) {
-    require_non_null(dy, op, "dy");
-    require_non_null(tokens, op, "tokens");
+    require_tensor(dy, op, "dy");
+    require_tensor(tokens, op, "tokens");
   }
   require_disjoint(d_token_table, tok_bytes, dy, dy_bytes, op, "d_token_table", "dy");
   require_disjoint(d_token_table, tok_bytes, tokens, tokens_bytes, op, "d_token_table", "tokens");
@@ -452,12 +744,13 @@ void require_bwd_pointers(T* d_token_table, T* d_position_table, const T* dy, co
 
 template <class T>
 BwdArgs<T> make_bwd_args(T* d_token_table, T* d_position_table, const T* dy, const std::int32_t* tokens,
-                         const EmbeddingShape& shape, const EmbeddingConfig& config) {
+                         const std::int32_t* positions, const EmbeddingShape& shape,
+                         const EmbeddingConfig& config) {
   BwdArgs<T> a;
   a.d_token_table = d_token_table;
   a.d_position_table = d_position_table;
   a.dy = dy;
-  a.tile = make_tile(tokens, shape, config);
+  a.tile = make_tile(tokens, positions, shape, config);
   a.hidden = shape.hidden;
   a.scale = config.scale;
   a.p = config.dropout.p;
@@ -516,7 +809,8 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 
 template <class T>
 void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table, const T* position_table,
-                          const EmbeddingShape& shape, const EmbeddingConfig& config, cudaStream_t stream) {
+                          const EmbeddingShape& shape, const EmbeddingConfig& config, void* workspace,
+                          std::size_t workspace_bytes, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("embedding_fwd");
   constexpr const char* op = "embedding_fwd";
   require_embedding_args(shape, config, op);
@@ -524,10 +818,10 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   if (n == 0) return;
   const bool learned = config.positions == PositionEncoding::learned;
   const std::size_t y_bytes = table_bytes<T>(n, shape.hidden);
-  require_non_null(y, op, "y");
-  require_non_null(tokens, op, "tokens");
-  require_non_null(token_table, op, "token_table");
-  if (learned) require_non_null(position_table, op, "position_table");
+  require_tensor(y, op, "y");
+  require_tensor(tokens, op, "tokens");
+  require_tensor(token_table, op, "token_table");
+  if (learned) require_tensor(position_table, op, "position_table");
   require_disjoint(y, y_bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
   require_disjoint(y, y_bytes, token_table, table_bytes<T>(shape.vocab, shape.hidden), op, "y",
                    "token_table");
@@ -535,15 +829,46 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     require_disjoint(y, y_bytes, position_table, table_bytes<T>(shape.num_positions, shape.hidden), op, "y",
                      "position_table");
   }
+  // Workspace: [nonpad_count positions, B·L int32 | 256-byte aligned] [frequencies, half float2].
+  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
+  const std::int64_t half = learned ? 0 : shape.hidden / 2;
+  const std::size_t need = embedding_fwd_workspace_bytes(shape, config);
+  SEQBENCH_REQUIRE(workspace_bytes >= need,
+                   op << ": workspace of " << workspace_bytes << " bytes, needs " << need);
+  if (need > 0) {
+    require_non_null(workspace, op, "workspace");
+    SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % alignof(float2) == 0,
+                     op << ": workspace is not " << alignof(float2) << "-byte aligned");
+    require_disjoint(y, y_bytes, workspace, need, op, "y", "workspace");
+    require_disjoint(workspace, need, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op,
+                     "workspace", "tokens");
+  }
+  auto* base = static_cast<unsigned char*>(workspace);
+  const std::int32_t* positions = nullptr;
+  if (nonpad) {
+    run_positions(reinterpret_cast<std::int32_t*>(base), tokens, shape, config, stream);
+    positions = reinterpret_cast<const std::int32_t*>(base);
+  }
   FwdArgs<T> a;
+  if (half > 0) {
+    auto* freq = reinterpret_cast<float2*>(base + (nonpad ? align_up(static_cast<std::size_t>(n) * 4) : 0));
+    const double log2_step = half > 1 ? -std::log2(10000.0) / static_cast<double>(half - 1) : 0.0;
+    embedding_frequency_kernel<<<static_cast<unsigned>((half + kThreads - 1) / kThreads), kThreads, 0,
+                                 stream>>>(freq, half, log2_step);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
+    a.sinusoid.freq = freq;
+    a.sinusoid.half = half;
+    a.sinusoid.two_pi_hi = static_cast<float>(kTwoPi);
+    a.sinusoid.two_pi_lo = static_cast<float>(kTwoPi - static_cast<double>(a.sinusoid.two_pi_hi));
+    a.sinusoid.inv_two_pi = static_cast<float>(1.0 / kTwoPi);
+  }
   a.y = y;
   a.token_table = token_table;
   a.position_table = learned ? position_table : nullptr;
-  a.tile = make_tile(tokens, shape, config);
+  a.tile = make_tile(tokens, positions, shape, config);
   a.hidden = shape.hidden;
   a.scale = config.scale;
-  const std::int64_t half = shape.hidden / 2;
-  a.log2_step = half > 1 ? static_cast<float>(-std::log2(10000.0) / static_cast<double>(half - 1)) : 0.0f;
   a.p = config.dropout.p;
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
@@ -560,20 +885,40 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 template <class T>
 void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
-                                 const EmbeddingConfig& config, cudaStream_t stream) {
+                                 const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("embedding_bwd_atomic");
   constexpr const char* op = "embedding_bwd_atomic";
   require_embedding_args(shape, config, op);
   require_bwd_pointers(d_token_table, d_position_table, dy, tokens, shape, config, op);
   const bool learned = config.positions == PositionEncoding::learned;
+  const std::int64_t n = shape.tokens();
+  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
+  // Everything is validated before the first CUDA call.
+  if (n > 0 && nonpad) {
+    const std::size_t need = embedding_positions_workspace_bytes(shape, config);
+    require_workspace(workspace, workspace_bytes, need, op);
+    require_disjoint(d_token_table, table_bytes<T>(shape.vocab, shape.hidden), workspace, need, op,
+                     "d_token_table", "workspace");
+    if (learned) {
+      require_disjoint(d_position_table, table_bytes<T>(shape.num_positions, shape.hidden), workspace, need,
+                       op, "d_position_table", "workspace");
+    }
+    require_disjoint(workspace, need, tokens, need, op, "workspace", "tokens");
+  }
   SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
   if (learned && shape.num_positions > 0) {
     SEQBENCH_CUDA_CHECK(
         cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
   }
-  if (shape.tokens() == 0) return;
-  BwdArgs<T> a =
-      make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, shape, config);
+  if (n == 0) return;
+  std::int32_t* positions = nullptr;
+  if (nonpad) {
+    positions = static_cast<std::int32_t*>(workspace);
+    run_positions(positions, tokens, shape, config, stream);
+  }
+  BwdArgs<T> a = make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, positions,
+                               shape, config);
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(d_token_table) &&
                   aligned16(a.d_position_table);
   dispatch_positions(config, [&](auto learned_tag, auto nonpad_tag) {
@@ -583,9 +928,13 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
-EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std::size_t sort_temp_bytes) {
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, bool learned,
+                                          std::size_t sort_temp_bytes) {
   SEQBENCH_REQUIRE(tokens >= 0 && tokens <= kMaxTokens,
                    "embedding_sort_layout: tokens " << tokens << " outside [0, " << kMaxTokens << "]");
+  SEQBENCH_REQUIRE(hidden >= 1 && hidden <= std::numeric_limits<std::int32_t>::max(),
+                   "embedding_sort_layout: hidden " << hidden << " outside [1, "
+                                                    << std::numeric_limits<std::int32_t>::max() << "]");
   const std::size_t array = align_up(static_cast<std::size_t>(tokens) * sizeof(std::int32_t));
   EmbeddingSortLayout l;
   std::size_t at = 0;
@@ -600,6 +949,14 @@ EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std
       at += array;
     }
   }
+  if (learned) {
+    l.positions = at;  // nonpad_count: the positions pre-pass (unused for slot indexing)
+    at += array;
+  }
+  const auto windows = static_cast<std::size_t>((tokens + kEmbeddingSortChunk - 1) / kEmbeddingSortChunk);
+  l.partial = at;
+  l.partial_bytes = 2 * windows * static_cast<std::size_t>(hidden) * sizeof(float);
+  at += align_up(l.partial_bytes);
   l.sort_temp = at;
   l.sort_temp_bytes = sort_temp_bytes;
   l.total = at + align_up(sort_temp_bytes);
@@ -612,17 +969,40 @@ int embedding_sort_key_bits(std::int64_t sentinel) {
   return std::max(1, static_cast<int>(std::bit_width(static_cast<std::uint32_t>(sentinel))));
 }
 
+std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  require_embedding_args(shape, config, "embedding_fwd_workspace_bytes");
+  const std::size_t positions =
+      config.indexing == PositionIndexing::nonpad_count
+          ? align_up(static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t))
+          : 0;
+  const std::size_t freq = config.positions == PositionEncoding::sinusoidal
+                               ? static_cast<std::size_t>(shape.hidden / 2) * sizeof(float2)
+                               : 0;
+  return positions + freq;
+}
+
+std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  require_embedding_args(shape, config, "embedding_positions_workspace_bytes");
+  return config.indexing == PositionIndexing::nonpad_count
+             ? static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t)
+             : 0;
+}
+
 std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
   constexpr const char* op = "embedding_bwd_sorted_workspace_bytes";
   require_embedding_args(shape, config, op);
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
+  // Slot-indexed learned positions are not sorted (their order is known): no CUB storage.
+  const bool sort_positions = learned && config.indexing == PositionIndexing::nonpad_count;
   std::size_t temp = 0;
   if (n > 0) {
     temp = sort_temp_bytes(n, embedding_sort_key_bits(shape.vocab), op);
-    if (learned) temp = std::max(temp, sort_temp_bytes(n, embedding_sort_key_bits(shape.num_positions), op));
+    if (sort_positions) {
+      temp = std::max(temp, sort_temp_bytes(n, embedding_sort_key_bits(shape.num_positions), op));
+    }
   }
-  return embedding_sort_layout(n, learned, temp).total;
+  return embedding_sort_layout(n, shape.hidden, learned, temp).total;
 }
 
 template <class T>
@@ -637,7 +1017,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
   // The layout without the CUB part first: the pointer checks need no device.
-  const EmbeddingSortLayout arrays = embedding_sort_layout(n, learned, 0);
+  const EmbeddingSortLayout arrays = embedding_sort_layout(n, shape.hidden, learned, 0);
   if (n > 0) {
     require_non_null(workspace, op, "workspace");
     SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % kAlign == 0,
@@ -657,60 +1037,99 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
     SEQBENCH_REQUIRE(workspace_bytes >= need,
                      op << ": workspace of " << workspace_bytes << " bytes, needs " << need);
   }
-  const std::size_t temp_bytes = n > 0 ? workspace_bytes - arrays.total : 0;
+  // Both tables: zeroed at copy bandwidth; then only rows that receive a gradient are written.
+  SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
+  if (learned && shape.num_positions > 0) {
+    SEQBENCH_CUDA_CHECK(
+        cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
+  }
+  if (n == 0) return;
+  const std::size_t temp_bytes = workspace_bytes - arrays.total;
   auto* base = static_cast<unsigned char*>(workspace);
   const auto u32 = [&](std::size_t at) { return reinterpret_cast<std::uint32_t*>(base + at); };
   const auto i32 = [&](std::size_t at) { return reinterpret_cast<std::int32_t*>(base + at); };
+  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
 
-  if (n > 0) {
-    KeyArgs k;
-    k.tile = make_tile(tokens, shape, config);
-    k.token_keys = u32(arrays.token_keys_in);
-    k.token_values = i32(arrays.token_values_in);
-    if (learned) {
-      k.position_keys = u32(arrays.position_keys_in);
-      k.position_values = i32(arrays.position_values_in);
-      k.num_positions = shape.num_positions;
-    }
-    if (config.indexing == PositionIndexing::nonpad_count) {
-      embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-    } else {
-      embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-    }
-    SEQBENCH_CUDA_CHECK_LAUNCH();
+  const std::int32_t* positions = nullptr;
+  if (learned && nonpad) {
+    run_positions(i32(arrays.positions), tokens, shape, config, stream);
+    positions = i32(arrays.positions);
   }
+  KeyArgs k;
+  k.tile = make_tile(tokens, positions, shape, config);
+  k.token_keys = u32(arrays.token_keys_in);
+  k.token_values = i32(arrays.token_values_in);
+  if (learned && nonpad) {
+    k.position_keys = u32(arrays.position_keys_in);
+    k.position_values = i32(arrays.position_values_in);
+    k.num_positions = shape.num_positions;
+  }
+  if (learned && nonpad) {
+    embedding_keys_kernel<true><<<grid_stride_blocks(n), kThreads, 0, stream>>>(k);
+  } else {
+    embedding_keys_kernel<false><<<grid_stride_blocks(n), kThreads, 0, stream>>>(k);
+  }
+  SEQBENCH_CUDA_CHECK_LAUNCH();
 
-  SegmentArgs<T> s;
-  s.dy = dy;
-  s.n = n;
-  s.hidden = shape.hidden;
-  s.p = config.dropout.p;
-  s.keep_scale = dropout_keep_scale(config.dropout.p);
-  s.seed = config.dropout.seed;
-  s.offset = config.dropout.offset;
-  s.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy);
-  // One sort and one segmented reduction per table.
-  const auto reduce_table = [&](T* grad, std::int64_t rows, float out_scale, std::size_t keys_in,
-                                std::size_t values_in, std::size_t keys_out, std::size_t values_out) {
-    if (n > 0) {
-      std::size_t temp = temp_bytes;
-      SEQBENCH_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-          base + arrays.sort_temp, temp, u32(keys_in), u32(keys_out), i32(values_in), i32(values_out),
-          static_cast<int>(n), 0, embedding_sort_key_bits(rows), stream));
-    }
-    s.grad = grad;
-    s.rows = rows;
-    s.out_scale = out_scale;
-    s.keys = n > 0 ? u32(keys_out) : nullptr;
-    s.values = n > 0 ? i32(values_out) : nullptr;
-    embedding_segment_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(s);
+  ChunkArgs<T> c;
+  c.partial = reinterpret_cast<float*>(base + arrays.partial);
+  c.dy = dy;
+  c.n = n;
+  c.windows = (n + kChunk - 1) / kChunk;
+  c.hidden = shape.hidden;
+  c.p = config.dropout.p;
+  c.keep_scale = dropout_keep_scale(config.dropout.p);
+  c.seed = config.dropout.seed;
+  c.offset = config.dropout.offset;
+  constexpr std::int64_t kTileCols = 32 * Packed<T>::kSize;
+  const dim3 grid(
+      static_cast<unsigned>((c.windows + kWarps - 1) / kWarps),
+      static_cast<unsigned>(std::min<std::int64_t>((shape.hidden + kTileCols - 1) / kTileCols, 65535)));
+  // The window and merge kernels over one table's sorted pairs (the partials are reused).
+  const auto reduce_table = [&](T* grad, std::int64_t rows, float out_scale, const std::uint32_t* keys,
+                                const std::int32_t* values) {
+    c.grad = grad;
+    c.rows = rows;
+    c.out_scale = out_scale;
+    c.keys = keys;
+    c.values = values;
+    c.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(grad);
+    embedding_window_kernel<T><<<grid, kThreads, 0, stream>>>(c);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+    embedding_merge_kernel<T><<<grid, kThreads, 0, stream>>>(c);
     SEQBENCH_CUDA_CHECK_LAUNCH();
   };
-  reduce_table(d_token_table, shape.vocab, config.scale, arrays.token_keys_in, arrays.token_values_in,
-               arrays.token_keys_out, arrays.token_values_out);
-  if (learned && shape.num_positions > 0) {
-    reduce_table(d_position_table, shape.num_positions, 1.0f, arrays.position_keys_in,
-                 arrays.position_values_in, arrays.position_keys_out, arrays.position_values_out);
+  const auto sort = [&](std::size_t keys_in, std::size_t values_in, std::size_t keys_out,
+                        std::size_t values_out, std::int64_t rows) {
+    std::size_t temp = temp_bytes;
+    SEQBENCH_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        base + arrays.sort_temp, temp, u32(keys_in), u32(keys_out), i32(values_in), i32(values_out),
+        static_cast<int>(n), 0, embedding_sort_key_bits(rows), stream));
+  };
+  sort(arrays.token_keys_in, arrays.token_values_in, arrays.token_keys_out, arrays.token_values_out,
+       shape.vocab);
+  reduce_table(d_token_table, shape.vocab, config.scale, u32(arrays.token_keys_out),
+               i32(arrays.token_values_out));
+  if (learned) {
+    if (nonpad) {
+      sort(arrays.position_keys_in, arrays.position_values_in, arrays.position_keys_out,
+           arrays.position_values_out, shape.num_positions);
+    } else {
+      SlotKeyArgs sk;
+      sk.tokens = tokens;
+      sk.keys = u32(arrays.position_keys_out);
+      sk.values = i32(arrays.position_values_out);
+      sk.n = static_cast<std::uint32_t>(n);
+      sk.batch = static_cast<std::uint32_t>(shape.batch);
+      sk.len = static_cast<std::uint32_t>(shape.len);
+      sk.position_offset = static_cast<std::uint32_t>(config.position_offset);
+      sk.vocab = static_cast<std::int32_t>(shape.vocab);
+      sk.padding_idx = config.padding_idx;
+      embedding_slot_keys_kernel<<<grid_stride_blocks(n), kThreads, 0, stream>>>(sk);
+      SEQBENCH_CUDA_CHECK_LAUNCH();
+    }
+    reduce_table(d_position_table, shape.num_positions, 1.0f, u32(arrays.position_keys_out),
+                 i32(arrays.position_values_out));
   }
 }
 
@@ -725,19 +1144,11 @@ void launch_embedding_positions(std::int32_t* positions, const std::int32_t* tok
   require_embedding_args(shape, config, op);
   const std::int64_t n = shape.tokens();
   if (n == 0) return;
-  require_non_null(positions, op, "positions");
-  require_non_null(tokens, op, "tokens");
+  require_tensor(positions, op, "positions");
+  require_tensor(tokens, op, "tokens");
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
   require_disjoint(positions, bytes, tokens, bytes, op, "positions", "tokens");
-  KeyArgs k;
-  k.tile = make_tile(tokens, shape, config);
-  k.positions = positions;
-  if (config.indexing == PositionIndexing::nonpad_count) {
-    embedding_keys_kernel<true><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-  } else {
-    embedding_keys_kernel<false><<<tile_blocks(shape), kThreads, 0, stream>>>(k);
-  }
-  SEQBENCH_CUDA_CHECK_LAUNCH();
+  run_positions(positions, tokens, shape, config, stream);
 }
 
 namespace {
@@ -757,14 +1168,15 @@ void launch_gather_rows(T* y, const T* table, std::int64_t table_rows, const std
   SEQBENCH_REQUIRE(table_rows >= 1, op << ": table_rows " << table_rows << " must be >= 1");
   require_matrix_shape(table_rows, hidden, op);
   if (n == 0) return;
-  require_non_null(y, op, "y");
-  require_non_null(table, op, "table");
-  require_non_null(index, op, "index");
+  require_tensor(y, op, "y");
+  require_tensor(table, op, "table");
+  require_tensor(index, op, "index");
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, table, table_bytes<T>(table_rows, hidden), op, "y", "table");
   require_disjoint(y, bytes, index, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "index");
-  gather_rows_kernel<T>
-      <<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(y, table, table_rows, index, n, hidden);
+  const bool vector = hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(table);
+  gather_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(y, table, table_rows, index, n,
+                                                                static_cast<std::int32_t>(hidden), vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -774,11 +1186,13 @@ void launch_scale(T* y, const T* x, std::size_t count, float scale, cudaStream_t
   constexpr const char* op = "scale";
   SEQBENCH_REQUIRE(count <= (std::size_t{1} << 62), op << ": count " << count << " > 2^62");
   if (count == 0) return;
-  require_non_null(y, op, "y");
-  require_non_null(x, op, "x");
+  require_tensor(y, op, "y");
+  require_tensor(x, op, "x");
   require_disjoint(y, count * sizeof(T), x, count * sizeof(T), op, "y", "x");
   const auto total = static_cast<std::int64_t>(count);
-  scale_kernel<T><<<grid_stride_blocks(total), kThreads, 0, stream>>>(y, x, total, scale);
+  const bool vector = aligned16(y) && aligned16(x);
+  const std::int64_t threads = vector ? (total + Packed<T>::kSize - 1) / Packed<T>::kSize : total;
+  scale_kernel<T><<<grid_stride_blocks(threads), kThreads, 0, stream>>>(y, x, total, scale, vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -790,14 +1204,15 @@ void launch_zero_padding_rows(T* y, const T* x, const std::int32_t* tokens, std:
   require_rows(n, hidden, op);
   SEQBENCH_REQUIRE(padding_idx >= -1, op << ": padding_idx " << padding_idx << " < -1");
   if (n == 0) return;
-  require_non_null(y, op, "y");
-  require_non_null(x, op, "x");
-  require_non_null(tokens, op, "tokens");
+  require_tensor(y, op, "y");
+  require_tensor(x, op, "x");
+  require_tensor(tokens, op, "tokens");
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, x, bytes, op, "y", "x");
   require_disjoint(y, bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
-  zero_padding_rows_kernel<T>
-      <<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(y, x, tokens, n, hidden, padding_idx);
+  const bool vector = hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(x);
+  zero_padding_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(
+      y, x, tokens, n, static_cast<std::int32_t>(hidden), padding_idx, vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -812,26 +1227,26 @@ void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, cons
   require_matrix_shape(grad_rows, hidden, op);
   SEQBENCH_REQUIRE(padding_idx >= -1, op << ": padding_idx " << padding_idx << " < -1");
   if (n == 0) return;
-  require_non_null(grad, op, "grad");
-  require_non_null(src, op, "src");
-  require_non_null(index, op, "index");
-  require_non_null(tokens, op, "tokens");
+  require_tensor(grad, op, "grad");
+  require_tensor(src, op, "src");
+  require_tensor(index, op, "index");
+  require_tensor(tokens, op, "tokens");
   const std::size_t grad_bytes = table_bytes<T>(grad_rows, hidden);
   const std::size_t index_bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
   require_disjoint(grad, grad_bytes, src, table_bytes<T>(n, hidden), op, "grad", "src");
   require_disjoint(grad, grad_bytes, index, index_bytes, op, "grad", "index");
   require_disjoint(grad, grad_bytes, tokens, index_bytes, op, "grad", "tokens");
-  scatter_add_rows_kernel<T><<<grid_stride_blocks(n * hidden), kThreads, 0, stream>>>(
-      grad, grad_rows, src, index, tokens, padding_idx, n, hidden);
+  scatter_add_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(
+      grad, grad_rows, src, index, tokens, padding_idx, n, static_cast<std::int32_t>(hidden));
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
 // The explicit instantiations, in one place.
 #define SEQBENCH_EMBEDDING_INSTANTIATE(T)                                                                    \
   template void launch_embedding_fwd<T>(T*, const std::int32_t*, const T*, const T*, const EmbeddingShape&,  \
-                                        const EmbeddingConfig&, cudaStream_t);                               \
+                                        const EmbeddingConfig&, void*, std::size_t, cudaStream_t);           \
   template void launch_embedding_bwd_atomic<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
-                                               const EmbeddingConfig&, cudaStream_t);                        \
+                                               const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
   template void launch_embedding_bwd_sorted<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
                                                const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
   template void launch_gather_rows<T>(T*, const T*, std::int64_t, const std::int32_t*, std::int64_t,         \

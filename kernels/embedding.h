@@ -11,13 +11,13 @@
 //            (= make_dropout_mask(B·L, H, p, seed, offset), kernels/dropout.h)
 //
 // position(b,l) = position_offset + (slot: l | nonpad_count: non-padding tokens in row b before
-// slot l). Sinusoidal positions are computed in the kernels in float, as ref::sinusoidal_positions
-// defines them (all sines, then all cosines; odd H leaves the last column zero; half = 1 has the
-// single frequency 1); learned positions read a [num_positions, H] table that gets a gradient.
-// nonpad_count is computed inside every kernel that needs it (no pre-pass, no workspace): a block
-// owns 8 consecutive slots of one row, counts the non-padding tokens of the row before its first
-// slot with all 256 threads (L/8·4 bytes per token on average, L2 hits), and the rest with one
-// ballot.
+// slot l). Sinusoidal positions are computed in the forward kernel (float, with a two-float
+// angle: see launch_embedding_fwd), as ref::sinusoidal_positions defines them (all sines, then all cosines;
+// odd H leaves the last column zero; half = 1 has the single frequency 1); learned positions read a
+// [num_positions, H] table that gets a gradient. nonpad_count positions come from a pre-pass (the kernel of
+// launch_embedding_positions: one block per row scans it, 1024 slots a step) into int32 [B·L] caller
+// workspace (embedding_positions_workspace_bytes: B·L·4 bytes, read B·L·4 + written B·L·4 extra traffic);
+// slot indexing needs neither (position = offset + l).
 //
 // Padding gives an all-zero output row (whatever the table holds and whatever the mask) and sends
 // no gradient. Token ids outside [0, vocab) cannot be checked on the host without a copy: the
@@ -55,7 +55,8 @@ struct EmbeddingConfig {
   std::int32_t padding_idx = -1;  // -1: no padding token; else in [0, vocab)
   PositionEncoding positions = PositionEncoding::sinusoidal;
   PositionIndexing indexing = PositionIndexing::slot;
-  std::int64_t position_offset = 0;  // >= 0; sinusoidal: offset + L <= 2^24 (exact float positions)
+  std::int64_t position_offset = 0;  // >= 0; sinusoidal: offset + L <= 2^24 (exact float positions;
+                                     // the angle is formed in two floats, see launch_embedding_fwd)
   DropoutConfig dropout;
 };
 
@@ -66,21 +67,42 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 // ---------------------------------------------------------------------------------------------
 // Fused forward.
 //
-// launch_embedding_fwd<T>(y, tokens, token_table, position_table, shape, config, stream)
+// launch_embedding_fwd<T>(y, tokens, token_table, position_table, shape, config, workspace,
+//                         workspace_bytes, stream)
 //   What: y [B·L, H] as above. position_table [num_positions, H] is read for learned positions
 //   only (may be null for sinusoidal ones).
-//   Thread mapping: blocks of 8 warps own 8 consecutive slots of one row (grid B·ceil(L/8)); one
-//   warp per token walks its row in vectors of K = 16/sizeof(T) columns, lane j taking vectors
+//   Thread mapping: flat over the B·L tokens, warp w of block x takes token 8x + w (grid
+//   ceil(B·L/8) blocks of 8 warps; no idle warps whatever L), after the positions pre-pass for
+//   nonpad_count. The warp walks its row in vectors of K = 16/sizeof(T) columns, lane j taking vectors
 //   j, j+32, ...: one Packed<T> load of the token row (and position row), K/4 Philox calls, one
 //   Packed<T> store when H % K == 0 and y and the tables are 16-byte aligned, else K guarded
-//   scalar accesses (any H, tails included). Sinusoids: one exp2f and one sinf/cosf per element.
+//   scalar accesses (any H, tails included). A lane issues the loads of up to 4 vectors (columns
+//   c, c + 32·K, c + 64·K, c + 96·K) before using any. Sinusoids: a per-launch kernel computes the
+//   floor(H/2) frequencies in double into the workspace as two floats (hi + lo); per element, a
+//   two-float angle position·(hi + lo), a two-constant reduction by 2π and one sinf or cosf of
+//   the reduced argument (|r| < 8, the fast path): absolute error <= 16·u_f32 at any position
+//   < 2^24 (no sincosf pairing: a lane's columns are contiguous, sin and cos of one frequency
+//   sit half a row apart).
 //   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
 //   learned position rows) + B·L·H·sizeof(T) written.
+//   (+ B·L·8 for the nonpad_count positions pre-pass, + floor(H/2)·8 written once and then read
+//   by every token from L1/L2 for the sinusoid frequencies).
 //   Limits: require_embedding_args; y, tokens, token_table (and position_table when learned)
-//   non-null when B·L > 0; y overlaps no input.
+//   non-null and aligned to their element when B·L > 0; y overlaps no input; workspace of
+//   embedding_fwd_workspace_bytes, 8-byte aligned, overlapping neither y nor tokens.
 template <class T>
 void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table, const T* position_table,
-                          const EmbeddingShape& shape, const EmbeddingConfig& config, cudaStream_t stream);
+                          const EmbeddingShape& shape, const EmbeddingConfig& config, void* workspace,
+                          std::size_t workspace_bytes, cudaStream_t stream);
+
+// The fused forward's workspace (8-byte aligned; null allowed when 0): the nonpad_count
+// positions (B·L int32, rounded up to 256 bytes; none for slot indexing), then for sinusoidal
+// positions the per-column frequencies as two floats (floor(H/2)·8 bytes). Host only.
+std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
+
+// The atomic backward's workspace: B·L·4 bytes (the nonpad_count positions) for nonpad_count
+// indexing, 0 for slot indexing (workspace may then be null). Host only.
+std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
 
 // ---------------------------------------------------------------------------------------------
 // Backward. Both variants OVERWRITE the whole gradient tables (the caller needs not zero them):
@@ -90,31 +112,54 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 //   d_token_table[tok]  += scale · g[b·L + l]      d_position_table[position] += g[b·L + l]
 // over the non-padding tokens with ids in [0, vocab).
 //
-// launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config, stream)
-//   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token)
-//   atomically adds scale·g into the token row and g into the position row, in T (float atomics
-//   for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs, else scalar ones). NOT bitwise
-//   deterministic: the order of the adds to one row depends on scheduling; and for fp16/bf16
-//   every add rounds to T (as PyTorch's index_add_ in that dtype), so a row used m times carries
-//   up to (m-1)·u_T relative summation error.
-//   Traffic: tables zeroed (vocab·H + num_positions·H)·sizeof(T) written, B·L·4 + B·L·H·sizeof(T)
-//   read, B·L·H (x2 learned) read-modify-writes in L2.
+// launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config,
+//                                workspace, workspace_bytes, stream)
+//   (workspace: embedding_positions_workspace_bytes, for nonpad_count positions)
+//   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token,
+//   up to 4 dy vectors a lane loaded before the first atomic) atomically adds scale·g into the token row and
+//   g into the position row, in T (float atomics for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs,
+//   else scalar ones). NOT bitwise deterministic: the order of the adds to one row depends on scheduling; and
+//   for fp16/bf16 every add rounds to T (as PyTorch's index_add_ in that dtype), so a row used m times
+//   carries up to (m-1)·u_T relative summation error. Traffic: tables zeroed (vocab·H +
+//   num_positions·H)·sizeof(T) written, B·L·4 + B·L·H·sizeof(T) read, B·L·H (x2 learned) read-modify-writes
+//   in L2.
 //
 // launch_embedding_bwd_sorted<T>(d_token_table, d_position_table, dy, tokens, shape, config,
 //                                workspace, workspace_bytes, stream)
-//   Deterministic, no float atomics: (1) a key kernel (the forward's mapping) writes the pairs
-//   (token id, b·L + l) and, for learned positions, (position, b·L + l), padding and invalid
-//   tokens keyed past the table (a sentinel) so they sort last and are ignored;
-//   (2) cub::DeviceRadixSort::SortPairs sorts them by key (stable: equal keys keep increasing
-//   b·L + l; the pairs are distinct, so the result does not depend on the algorithm);
-//   (3) one block of 8 warps per table row finds its segment by binary search, warp w sums the
-//   segment's entries w, w+8, ... in order (float, one vector of K columns a lane, 32·K columns
-//   a pass), the 8 warp sums are added in warp order, scaled and rounded once to T: the summation
-//   order is a function of the tokens only, so the result is bitwise reproducible on any GPU.
-//   Every table row is written exactly once (zero rows included): no memset.
-//   Traffic: as the atomic one, plus 4 int32 arrays of B·L (8 learned) through the workspace and
-//   the sort's passes (a few B·L·8 bytes; small next to B·L·H·sizeof(T)).
-//   Workspace: embedding_bwd_sorted_workspace_bytes(shape, config) bytes, 256-byte aligned. That
+//   Deterministic, no float atomics (the scheme of PyTorch's embedding_backward_cuda_kernel, with
+//   chunks fixed by the sorted order):
+//   (1) cudaMemsetAsync zeroes both tables (copy bandwidth); only rows that receive a gradient
+//       are written again below;
+//   (2) a key kernel (a thread per token) writes the pairs (token id, b·L + l), padding and
+//       invalid tokens keyed past the table (a sentinel) so they sort last and are ignored;
+//       cub::DeviceRadixSort::SortPairs sorts them (stable: equal keys keep increasing b·L + l;
+//       the pairs are distinct, so the result does not depend on the algorithm);
+//   (3) the sorted array is cut into windows of kEmbeddingSortChunk = 32 entries; one warp per
+//       window (grid x: windows/8 blocks of 8 warps; grid y: column tiles of 32·K columns, lane j
+//       holding columns 32·K·tile + j·K .. +K-1) loads the window's keys and values with one
+//       coalesced access, then sums each piece (the entries of one key inside the window) in
+//       entry order in float, loading 4 dy vectors before adding them. A piece that is a whole
+//       segment (the common case: a token used a few times) is scaled, rounded once to T and
+//       written to its row; a piece of a segment that crosses a window boundary is written as a
+//       float partial row (at most 2 per window: slot 2k for the piece that starts window k,
+//       2k + 1 for the one that leaves it);
+//   (4) a merge kernel (same grid) adds each crossing segment's partials in window order, scales
+//       and rounds once. A token used m times is summed by ceil(m/32) + 1 warps in parallel
+//       instead of serially; float summation depth <= min(m, 32) + ceil(m/32).
+//   Both orders depend on the tokens and the constant 32 only: bitwise reproducible on any GPU.
+//   Learned positions: with nonpad_count indexing the positions pre-pass (into the workspace),
+//   a second key kernel output and sort; with slot
+//   indexing no sort at all: position offset + l receives the entries b·L + l in increasing b,
+//   so one elementwise kernel writes that order directly (keys offset + l, padding entries
+//   marked skip) and (3)-(4) run on it.
+//   Traffic: (vocab + num_positions)·H·sizeof(T) zeroed; B·L·4 tokens read; dy read once per
+//   table: B·L·H·sizeof(T) (x2 with learned positions: the two reductions are separate passes);
+//   D·H·sizeof(T) written for the D distinct rows with a gradient; per table a few B·L·4-byte
+//   arrays (keys/values, the sort's passes); float partials written and read back only for
+//   segments crossing a window boundary: at most 2·ceil(B·L/32)·H·4 bytes (~B·L·H/4), in
+//   practice about H·4 bytes per frequent token per 32 uses.
+//   Workspace: embedding_bwd_sorted_workspace_bytes(shape, config) bytes, 256-byte aligned:
+//   the key/value arrays, the partials (2·ceil(B·L/32)·H floats) and CUB's storage. That
 //   function asks CUB for its temporary storage, which needs the CUDA device the launch runs on
 //   (it throws without one); embedding_sort_layout() is the host-only part of the arithmetic.
 //
@@ -124,21 +169,29 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 template <class T>
 void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
-                                 const EmbeddingConfig& config, cudaStream_t stream);
+                                 const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
+                                 cudaStream_t stream);
+
+// Entries per window of the sorted backward's chunked reduction (fixed: it defines the order).
+inline constexpr int kEmbeddingSortChunk = 32;
 
 // Byte offsets inside the sorted backward's workspace: four int32 arrays of `tokens` elements
-// (keys and values, in and out) per sorted table, then the CUB temporary storage; every part
-// starts at a multiple of 256 bytes.
+// (keys and values, in and out) per table (slot-indexed learned positions use only the "out"
+// pair) and, when learned, one more for the nonpad_count positions, the float partial rows
+// [2·ceil(tokens/32), hidden], then the CUB temporary storage; every part starts at a multiple of 256 bytes.
 struct EmbeddingSortLayout {
   std::size_t token_keys_in = 0, token_values_in = 0, token_keys_out = 0, token_values_out = 0;
   std::size_t position_keys_in = 0, position_values_in = 0, position_keys_out = 0, position_values_out = 0;
+  std::size_t positions = 0;  // learned: the nonpad_count positions pre-pass (B·L int32)
+  std::size_t partial = 0, partial_bytes = 0;
   std::size_t sort_temp = 0, sort_temp_bytes = 0;
   std::size_t total = 0;
 };
 
-// Host only: the layout for B·L = tokens pairs, with a second (position) sort when `learned`,
-// and `sort_temp_bytes` of CUB temporary storage.
-EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, bool learned, std::size_t sort_temp_bytes);
+// Host only: the layout for B·L = tokens pairs of rows of `hidden` columns, with position
+// arrays when `learned`, and `sort_temp_bytes` of CUB temporary storage.
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, bool learned,
+                                          std::size_t sort_temp_bytes);
 
 // The number of key bits the sort looks at for keys in [0, sentinel]: bit_width(sentinel).
 int embedding_sort_key_bits(std::int64_t sentinel);
@@ -163,7 +216,10 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
 // launch_scale(g, scale), then the embedding backward as index_add_: cudaMemsetAsync of the
 // table and launch_scatter_add_rows (float/T atomics; PyTorch's embedding_dense_backward sorts
 // instead, this is the eager op sequence of LightSeq2's baseline); likewise g into the learned
-// position table. Simple element-per-thread kernels (grid-stride), no vectors.
+// position table. Each baseline kernel is as good as the eager op's: the row ops take a warp per
+// row (no per-element 64-bit divides) and move 16-byte vectors when H % K == 0 and the tensors are
+// 16-byte aligned; scale is a vectorized elementwise loop; scatter_add_rows does one T atomic per
+// element (as index_add_).
 //
 // launch_embedding_positions(positions, tokens, shape, config, stream)
 //   positions[b·L + l] = position(b, l) for every token, padding included (int32).

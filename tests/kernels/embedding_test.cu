@@ -66,11 +66,12 @@ void expect_invalid_tokens_give_nan_rows(std::int64_t hidden) {
     const std::int32_t* tokens = run == 0 ? bad_d.data() : padded_d.data();
     DeviceBuffer<T> y(n * h), dt(5 * h), dp(12 * h), dta(5 * h), dpa(12 * h);
     for (auto* b : {&y, &dt, &dp, &dta, &dpa}) b->fill_bytes(0xFF);
-    kernels::launch_embedding_fwd<T>(y.data(), tokens, table.data(), pos.data(), shape, config, nullptr);
+    kernels::launch_embedding_fwd<T>(y.data(), tokens, table.data(), pos.data(), shape, config, nullptr, 0,
+                                     nullptr);
     kernels::launch_embedding_bwd_sorted<T>(dt.data(), dp.data(), dy.data(), tokens, shape, config, ws.data(),
                                             ws_bytes, nullptr);
-    kernels::launch_embedding_bwd_atomic<T>(dta.data(), dpa.data(), dy.data(), tokens, shape, config,
-                                            nullptr);
+    kernels::launch_embedding_bwd_atomic<T>(dta.data(), dpa.data(), dy.data(), tokens, shape, config, nullptr,
+                                            0, nullptr);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
     out[run] = {y.copy_to_host(), dt.copy_to_host(), dp.copy_to_host(), dta.copy_to_host(),
                 dpa.copy_to_host()};
@@ -120,7 +121,7 @@ TEST(EmbeddingGpu, EmptyBatchZeroesTheGradientTables) {
     dp.fill_bytes(0xFF);
     if (variant == 0) {
       kernels::launch_embedding_bwd_atomic<__half>(dt.data(), dp.data(), nullptr, nullptr, shape, config,
-                                                   nullptr);
+                                                   nullptr, 0, nullptr);
     } else {
       kernels::launch_embedding_bwd_sorted<__half>(dt.data(), dp.data(), nullptr, nullptr, shape, config,
                                                    nullptr, 0, nullptr);

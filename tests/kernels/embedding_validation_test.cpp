@@ -25,6 +25,12 @@ T* fake(std::uintptr_t slot) {
   return reinterpret_cast<T*>(slot << 32);
 }
 
+// `ptr` moved by `bytes` (a misaligned tensor).
+template <class T>
+T* shifted(T* ptr, std::uintptr_t bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(ptr) + bytes);
+}
+
 EmbeddingShape shape_of(std::int64_t b, std::int64_t l, std::int64_t h, std::int64_t vocab,
                         std::int64_t pos = 0) {
   return EmbeddingShape{b, l, h, vocab, pos};
@@ -38,29 +44,46 @@ EmbeddingConfig learned_config() {
   return c;
 }
 
-TEST(EmbeddingSortLayout, FourArraysPerTableThenTheSortStorage) {
-  const EmbeddingSortLayout one = embedding_sort_layout(1000, false, 777);
+TEST(EmbeddingSortLayout, FourArraysPerTableThenThePartialsThenTheSortStorage) {
+  // 1000 pairs: 4000-byte arrays rounded up to 4096; 32 windows of 32 entries, 2 partial rows
+  // each of 100 floats: 25600 bytes (a multiple of 256).
+  EXPECT_EQ(kEmbeddingSortChunk, 32);
+  const EmbeddingSortLayout one = embedding_sort_layout(1000, 100, false, 777);
   EXPECT_EQ(one.token_keys_in, 0u);
-  EXPECT_EQ(one.token_values_in, 4096u);  // 4000 bytes rounded up to 256
+  EXPECT_EQ(one.token_values_in, 4096u);
   EXPECT_EQ(one.token_values_out, 3u * 4096u);
-  EXPECT_EQ(one.sort_temp, 4u * 4096u);
-  EXPECT_EQ(one.total, 4u * 4096u + 1024u);
-  const EmbeddingSortLayout two = embedding_sort_layout(1000, true, 0);
+  EXPECT_EQ(one.partial, 4u * 4096u);
+  EXPECT_EQ(one.partial_bytes, 2u * 32u * 100u * 4u);
+  EXPECT_EQ(one.sort_temp, 4u * 4096u + 25600u);
+  EXPECT_EQ(one.total, 4u * 4096u + 25600u + 1024u);
+  const EmbeddingSortLayout two = embedding_sort_layout(1000, 3, true, 0);
   EXPECT_EQ(two.position_keys_in, 4u * 4096u);
   EXPECT_EQ(two.position_values_out, 7u * 4096u);
-  EXPECT_EQ(two.total, 8u * 4096u);
-  EXPECT_EQ(embedding_sort_layout(0, true, 0).total, 0u);
-  for (const std::int64_t n : {1, 3, 63, 64, 65, 16384}) {
-    const EmbeddingSortLayout l = embedding_sort_layout(n, true, 5);
-    for (const std::size_t at :
-         {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out, l.position_keys_in,
-          l.position_values_in, l.position_keys_out, l.position_values_out, l.sort_temp}) {
-      EXPECT_EQ(at % 256, 0u) << n;
+  EXPECT_EQ(two.positions, 8u * 4096u);
+  EXPECT_EQ(two.partial, 9u * 4096u);
+  EXPECT_EQ(two.partial_bytes, 2u * 32u * 3u * 4u);  // 768 bytes, a multiple of 256
+  EXPECT_EQ(two.total, 9u * 4096u + 768u);
+  // 33 pairs: 2 windows (the second holds 1 entry).
+  EXPECT_EQ(embedding_sort_layout(33, 5, false, 0).partial_bytes, 2u * 2u * 5u * 4u);
+  EXPECT_EQ(embedding_sort_layout(0, 7, true, 0).total, 0u);
+  for (const std::int64_t n : {1, 3, 31, 32, 33, 63, 64, 65, 16384}) {
+    for (const std::int64_t h : {1, 3, 8, 1023}) {
+      const EmbeddingSortLayout l = embedding_sort_layout(n, h, true, 5);
+      for (const std::size_t at : {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out,
+                                   l.position_keys_in, l.position_values_in, l.position_keys_out,
+                                   l.position_values_out, l.positions, l.partial, l.sort_temp}) {
+        EXPECT_EQ(at % 256, 0u) << n;
+      }
+      EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
+      const auto windows = static_cast<std::size_t>((n + 31) / 32);
+      EXPECT_EQ(l.partial_bytes, 2 * windows * static_cast<std::size_t>(h) * 4) << n << " " << h;
+      EXPECT_GE(l.partial - l.positions, static_cast<std::size_t>(n) * 4);
+      EXPECT_GE(l.sort_temp - l.partial, l.partial_bytes);
+      EXPECT_GE(l.total, l.sort_temp + 5);
     }
-    EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
-    EXPECT_GE(l.total, l.sort_temp + 5);
   }
-  expect_error([] { embedding_sort_layout(-1, false, 0); }, "embedding_sort_layout: tokens -1");
+  expect_error([] { embedding_sort_layout(-1, 8, false, 0); }, "embedding_sort_layout: tokens -1");
+  expect_error([] { embedding_sort_layout(8, 0, false, 0); }, "embedding_sort_layout: hidden 0 outside [1, ");
 }
 
 TEST(EmbeddingSortLayout, KeyBitsCoverTheSentinel) {
@@ -121,43 +144,84 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   const std::int32_t* tokens = fake<std::int32_t>(2);
   const float *table = fake<float>(3), *pos = fake<float>(4);
   expect_error(
-      [&] { launch_embedding_fwd<float>(y, tokens, table, pos, shape_of(2, 4, 0, 10, 4), c, nullptr); },
+      [&] {
+        launch_embedding_fwd<float>(y, tokens, table, pos, shape_of(2, 4, 0, 10, 4), c, nullptr, 0, nullptr);
+      },
       "embedding_fwd: hidden 0");
-  expect_error([&] { launch_embedding_fwd<float>(nullptr, tokens, table, pos, s, c, nullptr); },
+  expect_error([&] { launch_embedding_fwd<float>(nullptr, tokens, table, pos, s, c, nullptr, 0, nullptr); },
                "embedding_fwd: y is null");
-  expect_error([&] { launch_embedding_fwd<float>(y, nullptr, table, pos, s, c, nullptr); }, "tokens is null");
-  expect_error([&] { launch_embedding_fwd<float>(y, tokens, nullptr, pos, s, c, nullptr); },
+  expect_error([&] { launch_embedding_fwd<float>(y, nullptr, table, pos, s, c, nullptr, 0, nullptr); },
+               "tokens is null");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, nullptr, pos, s, c, nullptr, 0, nullptr); },
                "token_table is null");
-  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, nullptr, s, c, nullptr); },
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, nullptr, s, c, nullptr, 0, nullptr); },
                "position_table is null");
   expect_error(
       [&] {
-        launch_embedding_fwd<float>(y, tokens, reinterpret_cast<const float*>(y) + 10, pos, s, c, nullptr);
+        launch_embedding_fwd<float>(y, tokens, reinterpret_cast<const float*>(y) + 10, pos, s, c, nullptr, 0,
+                                    nullptr);
       },
       "output y overlaps input token_table");
   expect_error(
       [&] {
         launch_embedding_fwd<float>(y, reinterpret_cast<const std::int32_t*>(y) + 3, table, pos, s, c,
-                                    nullptr);
+                                    nullptr, 0, nullptr);
       },
       "output y overlaps input tokens");
   // Empty batches launch nothing; sinusoidal positions need no table.
-  EXPECT_NO_THROW(
-      launch_embedding_fwd<__half>(nullptr, nullptr, nullptr, nullptr, shape_of(0, 4, 8, 10, 4), c, nullptr));
+  EXPECT_NO_THROW(launch_embedding_fwd<__half>(nullptr, nullptr, nullptr, nullptr, shape_of(0, 4, 8, 10, 4),
+                                               c, nullptr, 0, nullptr));
+  // nonpad_count positions need B·L·4 bytes of workspace (the positions pre-pass); the forward
+  // also the sinusoid frequencies, floor(H/2) float2 after the positions rounded up to 256 bytes.
+  EmbeddingConfig nonpad = c;
+  nonpad.indexing = PositionIndexing::nonpad_count;
+  EXPECT_EQ(embedding_positions_workspace_bytes(s, nonpad), 8u * 4u);
+  EXPECT_EQ(embedding_positions_workspace_bytes(s, c), 0u);
+  EXPECT_EQ(embedding_positions_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, c), 0u);         // learned, slot
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, nonpad), 256u);  // learned, nonpad_count
+  EmbeddingConfig sinus;
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, sinus), 4u * 8u);  // H = 8: 4 frequencies
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1, 10), sinus), 0u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1001, 10), sinus), 500u * 8u);
+  sinus.indexing = PositionIndexing::nonpad_count;
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 1280u + 3u * 8u);
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 0, nullptr); },
+               "embedding_fwd: workspace of 0 bytes, needs 256");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 256, nullptr); },
+               "embedding_fwd: workspace is null");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, y + 2, 256, nullptr); },
+               "embedding_fwd: output y overlaps input workspace");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, fake<char>(9) + 4, 256, nullptr); },
+      "embedding_fwd: workspace is not 8-byte aligned");
+  expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, sinus, nullptr, 16, nullptr); },
+               "embedding_fwd: workspace of 16 bytes, needs 288");
+  expect_error(
+      [&] {
+        launch_embedding_bwd_atomic<float>(y, nullptr, fake<float>(10), tokens, s, sinus, nullptr, 0,
+                                           nullptr);
+      },
+      "embedding_bwd_atomic: workspace of 0 bytes, needs 32");
 
   __nv_bfloat16* dt = fake<__nv_bfloat16>(5);
   __nv_bfloat16* dp = fake<__nv_bfloat16>(6);
   const __nv_bfloat16* dy = fake<__nv_bfloat16>(7);
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(nullptr, dp, dy, tokens, s, c, nullptr); },
-               "embedding_bwd_atomic: d_token_table is null");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, nullptr, dy, tokens, s, c, nullptr); },
-               "d_position_table is null");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, nullptr, tokens, s, c, nullptr); },
-               "dy is null");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dt + 40, dy, tokens, s, c, nullptr); },
-               "output d_position_table overlaps input d_token_table");
-  expect_error([&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, dt + 8, tokens, s, c, nullptr); },
-               "output d_token_table overlaps input dy");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(nullptr, dp, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: d_token_table is null");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, nullptr, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "d_position_table is null");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, nullptr, tokens, s, c, nullptr, 0, nullptr); },
+      "dy is null");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dt + 40, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "output d_position_table overlaps input d_token_table");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, dt + 8, tokens, s, c, nullptr, 0, nullptr); },
+      "output d_token_table overlaps input dy");
   void* ws = fake<void>(8);
   expect_error(
       [&] {
@@ -166,7 +230,7 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
       "embedding_bwd_sorted: workspace is null");
   expect_error(
       [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, ws, 100, nullptr); },
-      "workspace of 100 bytes, needs at least " + std::to_string(embedding_sort_layout(8, true, 0).total));
+      "workspace of 100 bytes, needs at least " + std::to_string(embedding_sort_layout(8, 8, true, 0).total));
   expect_error(
       [&] {
         launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, static_cast<char*>(ws) + 4,
@@ -181,6 +245,67 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   expect_error(
       [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, bad, ws, 1 << 20, nullptr); },
       "embedding_bwd_sorted: padding_idx 11");
+}
+
+TEST(EmbeddingLaunchers, RejectTensorsNotAlignedToTheirElement) {
+  const EmbeddingShape s = shape_of(2, 4, 8, 10, 4);
+  const EmbeddingConfig c = learned_config();
+  const std::int32_t* tokens = fake<std::int32_t>(2);
+  float* y = fake<float>(1);
+  const float *table = fake<float>(3), *pos = fake<float>(4);
+  expect_error(
+      [&] { launch_embedding_fwd<float>(shifted(y, 2), tokens, table, pos, s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: y (0x100000002) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, shifted(tokens, 1), table, pos, s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: tokens (0x200000001) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, tokens, shifted(table, 3), pos, s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: token_table (0x300000003) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_embedding_fwd<float>(y, tokens, table, shifted(pos, 2), s, c, nullptr, 0, nullptr); },
+      "embedding_fwd: position_table (0x400000002) is not aligned to 4 bytes");
+  __half* dt = fake<__half>(5);
+  __half* dp = fake<__half>(6);
+  const __half* dy = fake<__half>(7);
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__half>(shifted(dt, 1), dp, dy, tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: d_token_table (0x500000001) is not aligned to 2 bytes");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__half>(dt, shifted(dp, 1), dy, tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: d_position_table (0x600000001) is not aligned to 2 bytes");
+  expect_error(
+      [&] { launch_embedding_bwd_atomic<__half>(dt, dp, shifted(dy, 1), tokens, s, c, nullptr, 0, nullptr); },
+      "embedding_bwd_atomic: dy (0x700000001) is not aligned to 2 bytes");
+  void* ws = fake<void>(8);
+  expect_error(
+      [&] {
+        launch_embedding_bwd_sorted<__half>(dt, dp, shifted(dy, 1), tokens, s, c, ws, 1 << 20, nullptr);
+      },
+      "embedding_bwd_sorted: dy (0x700000001) is not aligned to 2 bytes");
+  expect_error(
+      [&] {
+        launch_embedding_bwd_sorted<__half>(dt, dp, dy, shifted(tokens, 2), s, c, ws, 1 << 20, nullptr);
+      },
+      "embedding_bwd_sorted: tokens (0x200000002) is not aligned to 4 bytes");
+  // The baseline kernels.
+  expect_error([&] { launch_gather_rows<float>(y, shifted(table, 1), 3, tokens, 4, 8, nullptr); },
+               "gather_rows: table (0x300000001) is not aligned to 4 bytes");
+  expect_error([&] { launch_gather_rows<float>(y, table, 3, shifted(tokens, 2), 4, 8, nullptr); },
+               "gather_rows: index (0x200000002) is not aligned to 4 bytes");
+  expect_error([&] { launch_scale<__half>(shifted(dt, 1), dy, 8, 2.0f, nullptr); },
+               "scale: y (0x500000001) is not aligned to 2 bytes");
+  expect_error([&] { launch_zero_padding_rows<float>(y, shifted(table, 2), tokens, 4, 8, 0, nullptr); },
+               "zero_padding_rows: x (0x300000002) is not aligned to 4 bytes");
+  expect_error(
+      [&] { launch_scatter_add_rows<float>(shifted(y, 1), 3, table, tokens, tokens, 0, 4, 8, nullptr); },
+      "scatter_add_rows: grad (0x100000001) is not aligned to 4 bytes");
+  expect_error(
+      [&] {
+        launch_embedding_positions(shifted(fake<std::int32_t>(9), 2), tokens, shape_of(2, 4, 8, 10),
+                                   EmbeddingConfig{}, nullptr);
+      },
+      "embedding_positions: positions (0x900000002) is not aligned to 4 bytes");
 }
 
 TEST(EmbeddingBaseline, ValidatesItsArguments) {
