@@ -61,11 +61,6 @@ AttentionTensors<P> cross_view(const DecoderLayerTensors<P>& t) {
           t.cross_kv_weight, t.cross_kv_bias, t.cross_out_weight, t.cross_out_bias};
 }
 
-template <class P>
-FfnTensors<P> ffn_view(const DecoderLayerTensors<P>& t) {
-  return {t.ffn_ln_gamma, t.ffn_ln_beta, t.fc1_weight, t.fc1_bias, t.fc2_weight, t.fc2_bias};
-}
-
 }  // namespace
 
 std::vector<DecoderTensorShape> decoder_layer_parameter_shapes(const LayerConfig& config) {
@@ -185,8 +180,8 @@ DecoderLayer::DecoderLayer(const LayerConfig& config, const DecoderLayerWeights&
   impl_->self_g = self_view(grads_);
   impl_->cross_w = cross_view(weights_);
   impl_->cross_g = cross_view(grads_);
-  impl_->ffn_w = ffn_view(weights_);
-  impl_->ffn_g = ffn_view(grads_);
+  impl_->ffn_w = ffn_tensors_of(weights_);
+  impl_->ffn_g = ffn_tensors_of(grads_);
   impl_->planned = std::make_unique<PlannedLayer>("DecoderLayer", plan, impl_->ids.forward_steps, allocator,
                                                   options_.gemm, options_.gemm_workspace_bytes);
 }

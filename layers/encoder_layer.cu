@@ -88,11 +88,6 @@ AttentionTensors<P> attention_view(const EncoderLayerTensors<P>& t) {
   return a;
 }
 
-template <class P>
-FfnTensors<P> ffn_view(const EncoderLayerTensors<P>& t) {
-  return {t.ffn_ln_gamma, t.ffn_ln_beta, t.fc1_weight, t.fc1_bias, t.fc2_weight, t.fc2_bias};
-}
-
 }  // namespace
 
 struct EncoderLayer::Impl {
@@ -159,8 +154,8 @@ EncoderLayer::EncoderLayer(const LayerConfig& config, const EncoderLayerWeights&
   impl_->ids = r.ids;
   impl_->attn_w = attention_view(weights_);
   impl_->attn_g = attention_view(grads_);
-  impl_->ffn_w = ffn_view(weights_);
-  impl_->ffn_g = ffn_view(grads_);
+  impl_->ffn_w = ffn_tensors_of(weights_);
+  impl_->ffn_g = ffn_tensors_of(grads_);
   impl_->planned = std::make_unique<PlannedLayer>("EncoderLayer", plan, r.forward_steps, allocator,
                                                   options_.gemm, options_.gemm_workspace_bytes);
 }

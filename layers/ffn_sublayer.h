@@ -31,6 +31,13 @@ struct FfnTensors {
   P fc2_weight{}, fc2_bias{};  // [H, ffn], [H]
 };
 
+// The FFN views of a layer's tensor struct (EncoderLayerTensors, DecoderLayerTensors: the same
+// field names).
+template <class P, template <class> class LayerTensors>
+FfnTensors<P> ffn_tensors_of(const LayerTensors<P>& t) {
+  return {t.ffn_ln_gamma, t.ffn_ln_beta, t.fc1_weight, t.fc1_bias, t.fc2_weight, t.fc2_bias};
+}
+
 struct FfnIds {
   std::string name;  // "ffn."
   TensorId x = kNoTensor, out = kNoTensor;

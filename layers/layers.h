@@ -1,7 +1,7 @@
-// layers/: the public header of the folder. Transformer layers (EncoderLayer, DecoderLayer, their shared sub-layers) and what they are built
-// on here: the layer configuration and model presets, the device-allocation interface that counts
-// every allocation, the dangling-tensor memory planner and manager (LightSeq2 §IV-D), and the dry
-// runs that describe each layer's temporaries to the planner.
+// layers/: the public header of the folder. Transformer layers (EncoderLayer, DecoderLayer, their shared
+// sub-layers) and what they are built on here: the layer configuration and model presets, the
+// device-allocation interface that counts every allocation, the dangling-tensor memory planner and manager
+// (LightSeq2 §IV-D), and the dry runs that describe each layer's temporaries to the planner.
 #pragma once
 
 #include "layers/attention_sublayer.h"
