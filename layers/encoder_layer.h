@@ -72,6 +72,7 @@
 #include "layers/config.h"
 #include "layers/device_allocator.h"
 #include "layers/gemm.h"
+#include "layers/layer_run.h"
 #include "layers/memory_planner.h"
 
 namespace seqbench::layers {
@@ -110,11 +111,7 @@ void for_each_encoder_tensor(Tensors& t, Fn&& fn) {
 }
 
 // The shape of each tensor, in the order of for_each_encoder_tensor (rows = 1 for vectors).
-struct EncoderTensorShape {
-  std::string name;
-  std::size_t rows = 0, cols = 0;
-  std::size_t elements() const { return rows * cols; }
-};
+using EncoderTensorShape = ParameterShape;
 std::vector<EncoderTensorShape> encoder_layer_parameter_shapes(const LayerConfig& config);
 
 struct EncoderLayerOptions {
@@ -135,7 +132,7 @@ std::vector<TensorLifetime> encoder_layer_lifetimes(const LayerConfig& config,
                                                     int* forward_ops = nullptr);
 
 // The largest B·L² with B·L <= max_batch_tokens and 1 <= L <= max_seq_len: the attention
-// scores' planned rows·cols per head.
+// scores' planned rows·cols per head (max_score_elements of layers/layer_run.h).
 std::size_t encoder_layer_max_score_elements(const LayerConfig& config);
 
 class EncoderLayer {
@@ -160,18 +157,16 @@ class EncoderLayer {
   void backward(void* dx, const void* dy, const void* x, cudaStream_t stream);
 
   const LayerConfig& config() const { return config_; }
-  const MemoryManager& memory() const { return *memory_; }
+  const MemoryManager& memory() const;
   std::size_t block_bytes() const;
 
  private:
   struct Impl;
-  Gemm& ensure_gemm();  // options.gemm, or the layer's own (made at the first use)
 
   LayerConfig config_;
   EncoderLayerOptions options_;
   EncoderLayerWeights weights_;
   EncoderLayerGrads grads_;
-  std::unique_ptr<MemoryManager> memory_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -33,8 +33,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <iostream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,18 +44,17 @@
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
 #include "tests/common/gpu_test.h"
+#include "tests/layers/layer_check.h"
 
 namespace seqbench::layers {
 namespace {
 
+using namespace layer_check;
 using operators::check_util::random_values;
 using operators::check_util::to_matrix;
 using operators::check_util::to_vector;
-using operators::check_util::underflow_error;
 
 constexpr std::uint64_t kSeed = 20240930;
-constexpr double kV = 1.0 / 16777216.0;
-constexpr double kGainAllowance = 4.0;  // G above
 constexpr int kForwardRoundings = 16;
 constexpr int kBackwardRoundings = 32;
 
@@ -95,71 +92,6 @@ std::vector<Case> cases() {
   };
 }
 
-ref::Activation ref_activation(Activation a) {
-  switch (a) {
-    case Activation::relu:
-      return ref::Activation::relu;
-    case Activation::gelu:
-      return ref::Activation::gelu_erf;
-    case Activation::gelu_tanh:
-      break;
-  }
-  return ref::Activation::gelu_tanh;
-}
-
-double tolerance(DType dtype, int roundings, int k_max) {
-  return roundings * (kGainAllowance * unit_roundoff(dtype) + 2.0 * (k_max + 2) * kV);
-}
-
-// The worst err/scale per (dtype, tensor) over every case, printed at the end for the GPU session.
-std::map<std::string, double>& worst_ratios() {
-  static std::map<std::string, double> worst;
-  return worst;
-}
-
-template <class T>
-void expect_close(const std::vector<T>& got, const std::vector<double>& want, double tol, DType dtype,
-                  const std::string& tensor, const std::string& where) {
-  ASSERT_EQ(got.size(), want.size()) << tensor;
-  double scale = 0.0;
-  for (double w : want) scale = std::max(scale, std::fabs(w));
-  double err = 0.0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = static_cast<double>(to_float(got[i]));
-    const double e = std::isnan(g) ? INFINITY : std::fabs(g - want[i]);
-    if (!(e <= err)) {
-      err = e;
-      at = i;
-    }
-  }
-  const double bound = tol * scale + underflow_error(dtype);
-  const double ratio = scale > 0.0 ? err / scale : err;
-  double& worst = worst_ratios()[std::string(dtype_name(dtype)) + " " + tensor];
-  worst = std::max(worst, ratio);
-  EXPECT_LE(err, bound) << tensor << " (" << where << "): element " << at << " got "
-                        << static_cast<double>(to_float(got[at])) << " want " << want[at] << "; max|ref| "
-                        << scale << ", err/max|ref| " << ratio << " > tol " << tol;
-}
-
-std::vector<double> flat(const ref::Matrix& m) {
-  return {m.data(), m.data() + m.size()};
-}
-std::vector<double> flat(const ref::Vector& v) {
-  return {v.data(), v.data() + v.size()};
-}
-std::vector<double> concat(std::initializer_list<std::vector<double>> parts) {
-  std::vector<double> out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-
-template <class T>
-std::vector<T> slice(const std::vector<T>& all, std::size_t offset, std::size_t n) {
-  return {all.begin() + static_cast<std::ptrdiff_t>(offset),
-          all.begin() + static_cast<std::ptrdiff_t>(offset + n)};
-}
-
 template <class T>
 void run_case(const Case& cs, std::uint64_t seed) {
   const DType dtype = DTypeTraits<T>::dtype;
@@ -183,22 +115,9 @@ void run_case(const Case& cs, std::uint64_t seed) {
 
   // Parameters: one packed host buffer in the order of encoder_layer_parameter_shapes.
   const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(config);
-  std::vector<T> params;
   std::vector<std::size_t> offsets;
   std::uint64_t s = seed;
-  for (const EncoderTensorShape& sh : shapes) {
-    float lo = -0.2f, hi = 0.2f;  // biases and betas
-    if (sh.name.find("gamma") != std::string::npos) {
-      lo = 0.5f;
-      hi = 1.5f;
-    } else if (sh.name.find("weight") != std::string::npos) {
-      hi = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.cols)));
-      lo = -hi;
-    }
-    offsets.push_back(params.size());
-    const std::vector<T> v = random_values<T>(sh.elements(), ++s, lo, hi);
-    params.insert(params.end(), v.begin(), v.end());
-  }
+  const std::vector<T> params = random_parameters<T>(shapes, s, offsets);
   const auto host_param = [&](std::size_t i) { return slice(params, offsets[i], shapes[i].elements()); };
   const std::vector<T> x = random_values<T>(rows * static_cast<std::size_t>(H), ++s, -1.0f, 1.0f);
   const std::vector<T> dy = random_values<T>(rows * static_cast<std::size_t>(H), ++s, -1.0f, 1.0f);
@@ -218,14 +137,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   rp.ffn.norm.beta = to_vector(host_param(7));
   rp.ffn.fc1 = {to_matrix(host_param(8), F, Hi), to_vector(host_param(9))};
   rp.ffn.fc2 = {to_matrix(host_param(10), Hi, F), to_vector(host_param(11))};
-  ref::TransformerLayerConfig rc;
-  rc.heads = cs.heads;
-  rc.pre_layer_norm = cs.pre;
-  rc.activation = ref_activation(cs.activation);
-  rc.layer_norm_eps = config.layer_norm_eps;
-  rc.attn_dropout = config.attn_dropout;
-  rc.activation_dropout = config.activation_dropout;
-  rc.hidden_dropout = config.hidden_dropout;
+  const ref::TransformerLayerConfig rc = ref_config(config);
   ref::SequenceMask mask;
   for (int l : cs.lengths) mask.lengths.push_back(l);
   mask.causal = cs.causal;
@@ -267,8 +179,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
   const int k_max = std::max({3 * H, F, static_cast<int>(rows), L});
   const double tol_fwd = tolerance(dtype, kForwardRoundings, k_max);
   const double tol_bwd = tolerance(dtype, kBackwardRoundings, k_max);
-  expect_close(d_y.copy_to_host(), flat(rf.y), tol_fwd, dtype, "y", where);
-  expect_close(d_dx.copy_to_host(), flat(rg.dx), tol_bwd, dtype, "dx", where);
+  expect_close(d_y.copy_to_host(), flat(rf.y), tol_fwd, dtype, "encoder", "y", where);
+  expect_close(d_dx.copy_to_host(), flat(rg.dx), tol_bwd, dtype, "encoder", "dx", where);
   const std::vector<T> g = d_grads.copy_to_host();
   const ref::EncoderLayerParams& dp = rg.dparams;
   const ref::MhaParams& da = dp.self_attention.attention;
@@ -286,8 +198,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
       flat(dp.ffn.fc2.weight),
       flat(dp.ffn.fc2.bias)};
   for (std::size_t t = 0; t < shapes.size(); ++t)
-    expect_close(slice(g, offsets[t], shapes[t].elements()), want[t], tol_bwd, dtype, "d" + shapes[t].name,
-                 where);
+    expect_close(slice(g, offsets[t], shapes[t].elements()), want[t], tol_bwd, dtype, "encoder",
+                 "d" + shapes[t].name, where);
 }
 
 TEST(EncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
@@ -299,8 +211,7 @@ TEST(EncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
       dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed); });
     }
   }
-  for (const auto& [name, ratio] : worst_ratios())
-    std::cout << "[ encoder ] worst err/max|ref| " << name << ": " << ratio << "\n";
+  print_worst_ratios("encoder");
 }
 
 // A second and third step (same shape, then a smaller one) allocate nothing on the device and,

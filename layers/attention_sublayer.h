@@ -1,0 +1,109 @@
+// The attention sub-layer of the Transformer layers (reference/transformer_layer.cpp's
+// attention_block_forward / attention_block_backward), shared by EncoderLayer (self-attention)
+// and DecoderLayer (causal self-attention, then cross-attention over the encoder output):
+//
+//   pre-LN   out = x + dropout_h(attention(LN(x), kv))
+//   post-LN  out = LN(x + dropout_h(attention(x, kv)))
+//
+// with attention = mha_forward of reference/attention.h (projections, scaled scores, masked
+// softmax, probability dropout, context, output projection with its bias).
+//
+// Self-attention (kind self): one fused QKV GEMM [T, H]·[3H, H]ᵀ on the (normalized) input, split
+// into [3, B, N, L, d] with the bias (qkv_bias_split, projections = 3). Cross-attention (kind
+// cross): a Q-only GEMM [T, H]·[H, H]ᵀ on the (normalized) input split with projections = 1, and a
+// K/V GEMM [B·S, H]·[2H, H]ᵀ on the encoder output split with projections = 2 (K rows first).
+// Then, per (batch, head): scores = (1/√d)·Q·Kᵀ [L, Lk] (the scale is the GEMM's alpha, LightSeq's
+// choice: stored scores are already scaled), softmax in place (key lengths, optional causal mask)
+// → dropout on the probabilities (attn_dropout > 0) → context = P·V → merge heads → output GEMM →
+// bias_dropout_residual (+ x) → LayerNorm (post-LN). The backward mirrors it; with a cross
+// sub-layer it also writes the gradient of the encoder output, d_kv_source = d_kv · W_kv, and
+// dW_kv, dbias_kv. Every parameter gradient is written (beta = 0, kernels overwrite).
+//
+// Dropout: `first` is the probabilities' stream ([B·N·L, Lk] flat index), `hidden` the output's
+// ([T, H]); the backward redraws both.
+//
+// Ops (their names after "<prefix><name>", `name` being "attn.", "self." or "cross."; q is "qkv"
+// for self and "q" for cross):
+//   forward  [ln] q_gemm q_bias_split [kv_gemm kv_bias_split] scores_gemm softmax
+//            [probs_dropout] context_gemm merge_heads out_gemm bias_dropout_residual [ln]
+//   backward [ln_bwd] bias_dropout_residual_bwd out_gemm_bwd ctx_split_bwd context_gemm_bwd
+//            [probs_dropout_bwd] softmax_bwd scores_gemm_bwd q_bias_split_bwd q_gemm_bwd
+//            [kv_bias_split_bwd kv_gemm_bwd] [ln_bwd] residual_add_bwd
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/dropout.h"
+#include "kernels/softmax.h"
+#include "layers/layer_run.h"
+
+namespace seqbench::layers {
+
+enum class AttentionKind { self, cross };
+
+// The parameters (P = const void*) or gradients (P = void*) of one attention sub-layer.
+template <class P>
+struct AttentionTensors {
+  P ln_gamma{}, ln_beta{};     // [H]
+  P q_weight{}, q_bias{};      // self: the fused QKV [3H, H], [3H]; cross: Q [H, H], [H]
+  P kv_weight{}, kv_bias{};    // cross only: [2H, H], [2H] (K rows first); null for self
+  P out_weight{}, out_bias{};  // [H, H], [H]
+};
+
+// The planned tensors of one attention sub-layer (kNoTensor where the config does not use them).
+struct AttentionIds {
+  AttentionKind kind = AttentionKind::self;
+  std::string name;  // "attn.", "self.", "cross."
+  TensorId x = kNoTensor, out = kNoTensor, kv_source = kNoTensor;
+  TensorId ln_out = kNoTensor, ln_mean = kNoTensor, ln_rstd = kNoTensor;
+  TensorId q_raw = kNoTensor, q_heads = kNoTensor, kv_raw = kNoTensor, kv_heads = kNoTensor;
+  TensorId probs = kNoTensor, probs_dropped = kNoTensor;
+  TensorId ctx_heads = kNoTensor, ctx = kNoTensor, out_raw = kNoTensor, residual = kNoTensor;
+  // Backward.
+  TensorId d_residual = kNoTensor, ln_ws = kNoTensor, d_out_raw = kNoTensor, bdr_ws = kNoTensor;
+  TensorId d_ctx = kNoTensor, d_ctx_heads = kNoTensor, d_q_heads = kNoTensor, d_kv_heads = kNoTensor;
+  TensorId d_probs_dropped = kNoTensor, d_probs = kNoTensor, d_q = kNoTensor, q_ws = kNoTensor;
+  TensorId d_q_in = kNoTensor, d_kv = kNoTensor, kv_ws = kNoTensor, d_ln_in = kNoTensor;
+};
+
+// The dry run of the forward: x is the sub-layer's input, out its output (both declared by the
+// caller), kv_source the encoder output [B·S, H] (cross) or kNoTensor (self).
+AttentionIds record_attention_forward(PlanBuilder& plan, AttentionKind kind, const std::string& name,
+                                      TensorId x, TensorId kv_source, TensorId out);
+// The dry run of the backward: d_out the gradient of out, d_x that of x (declared by the caller),
+// d_kv_source that of the encoder output (cross only).
+void record_attention_backward(PlanBuilder& plan, AttentionIds& ids, TensorId d_out, TensorId d_x,
+                               TensorId d_kv_source);
+
+// The shape of one run: B sentences of q_len query positions and kv_len key positions (kv_len =
+// q_len for self-attention).
+struct AttentionDims {
+  std::int64_t batch = 0, q_len = 0, kv_len = 0;
+};
+
+struct SublayerDropout {
+  kernels::DropoutConfig first;   // the attention probabilities (attention) or activation (FFN)
+  kernels::DropoutConfig hidden;  // the sub-layer's output, before the residual add
+};
+
+// The execution, for T ∈ {float, __half, __nv_bfloat16} (instantiated in attention_sublayer.cu).
+template <class T>
+struct AttentionSublayer {
+  const LayerConfig& config;
+  const AttentionIds& ids;
+  const AttentionTensors<const void*>& weights;
+  const AttentionTensors<void*>& grads;
+  AttentionDims dims;
+  SublayerDropout dropout;
+
+  // out = sublayer(x, kv_source); kv_source [B·kv_len, H] (cross) or null (self).
+  void forward(LayerRun<T>& run, T* out, const T* x, const T* kv_source,
+               const kernels::SoftmaxMask& mask) const;
+  // d_x (and d_kv_source for cross) and every parameter gradient from d_out, for the forward on
+  // the same x and kv_source.
+  void backward(LayerRun<T>& run, T* d_x, T* d_kv_source, const T* d_out, const T* x,
+                const T* kv_source) const;
+};
+
+}  // namespace seqbench::layers

@@ -1,0 +1,264 @@
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "layers/attention_sublayer.h"
+#include "layers/decoder_layer.h"
+#include "layers/ffn_sublayer.h"
+
+namespace seqbench::layers {
+
+namespace {
+
+struct DecoderIds {
+  TensorId x = kNoTensor, y = kNoTensor, dy = kNoTensor, dx = kNoTensor;
+  TensorId enc = kNoTensor, d_enc = kNoTensor;
+  TensorId self_out = kNoTensor, cross_out = kNoTensor, d_self_out = kNoTensor, d_cross_out = kNoTensor;
+  AttentionIds self, cross;
+  FfnIds ffn;
+  int forward_steps = 0;
+};
+
+// The dry run: self-attention, cross-attention, FFN; the backward in reverse.
+DecoderIds record_decoder_layer(PlanBuilder& plan, const DecoderLayerOptions& o) {
+  DecoderIds id;
+  const std::size_t TH = plan.tokens() * plan.hidden();
+  id.x = plan.external("x");
+  id.y = plan.external("y");
+  id.dy = plan.external("dy");
+  id.dx = plan.external("dx");
+  id.enc = plan.external("encoder_out");
+  id.d_enc = plan.external("d_encoder_out");
+  if (o.gemm == nullptr) plan.plan_gemm_workspace(o.gemm_workspace_bytes);
+  id.self_out = plan.act("self_out", TH);
+  id.self = record_attention_forward(plan, AttentionKind::self, "self.", id.x, kNoTensor, id.self_out);
+  id.cross_out = plan.act("cross_out", TH);
+  id.cross =
+      record_attention_forward(plan, AttentionKind::cross, "cross.", id.self_out, id.enc, id.cross_out);
+  id.ffn = record_ffn_forward(plan, "ffn.", id.cross_out, id.y);
+  id.forward_steps = plan.steps();
+  id.d_cross_out = plan.act("d_cross_out", TH);
+  record_ffn_backward(plan, id.ffn, id.dy, id.d_cross_out);
+  id.d_self_out = plan.act("d_self_out", TH);
+  record_attention_backward(plan, id.cross, id.d_cross_out, id.d_self_out, id.d_enc);
+  record_attention_backward(plan, id.self, id.d_self_out, id.dx, kNoTensor);
+  return id;
+}
+
+template <class P>
+AttentionTensors<P> self_view(const DecoderLayerTensors<P>& t) {
+  return {t.self_ln_gamma,   t.self_ln_beta, t.self_qkv_weight, t.self_qkv_bias, P{}, P{},
+          t.self_out_weight, t.self_out_bias};
+}
+
+template <class P>
+AttentionTensors<P> cross_view(const DecoderLayerTensors<P>& t) {
+  return {t.cross_ln_gamma,  t.cross_ln_beta, t.cross_q_weight,   t.cross_q_bias,
+          t.cross_kv_weight, t.cross_kv_bias, t.cross_out_weight, t.cross_out_bias};
+}
+
+}  // namespace
+
+std::vector<DecoderTensorShape> decoder_layer_parameter_shapes(const LayerConfig& config) {
+  config.validate();
+  const std::size_t H = static_cast<std::size_t>(config.hidden);
+  const std::size_t F = static_cast<std::size_t>(config.ffn);
+  return {{"self_ln_gamma", 1, H},       {"self_ln_beta", 1, H},
+          {"self_qkv_weight", 3 * H, H}, {"self_qkv_bias", 1, 3 * H},
+          {"self_out_weight", H, H},     {"self_out_bias", 1, H},
+          {"cross_ln_gamma", 1, H},      {"cross_ln_beta", 1, H},
+          {"cross_q_weight", H, H},      {"cross_q_bias", 1, H},
+          {"cross_kv_weight", 2 * H, H}, {"cross_kv_bias", 1, 2 * H},
+          {"cross_out_weight", H, H},    {"cross_out_bias", 1, H},
+          {"ffn_ln_gamma", 1, H},        {"ffn_ln_beta", 1, H},
+          {"fc1_weight", F, H},          {"fc1_bias", 1, F},
+          {"fc2_weight", H, F},          {"fc2_bias", 1, H}};
+}
+
+std::vector<TensorLifetime> decoder_layer_lifetimes(const LayerConfig& config,
+                                                    const DecoderLayerOptions& options,
+                                                    std::vector<std::string>* ops, int* forward_ops) {
+  PlanBuilder plan(config, options.prefix);
+  const DecoderIds ids = record_decoder_layer(plan, options);
+  if (ops != nullptr) *ops = plan.recorder().ops();
+  if (forward_ops != nullptr) *forward_ops = ids.forward_steps;
+  return plan.recorder().lifetimes();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct DecoderLayer::Impl {
+  DecoderIds ids;
+  AttentionTensors<const void*> self_w, cross_w;
+  AttentionTensors<void*> self_g, cross_g;
+  FfnTensors<const void*> ffn_w;
+  FfnTensors<void*> ffn_g;
+  std::unique_ptr<PlannedLayer> planned;
+  // The last forward, which backward() differentiates.
+  bool have_forward = false;
+  std::size_t batch = 0, len = 0, src_len = 0;
+  const void* x = nullptr;
+  const void* enc = nullptr;
+  std::uint64_t seed = 0, base = 0;
+
+  std::size_t bytes(const LayerConfig& c, std::size_t positions) const {
+    return batch * positions * static_cast<std::size_t>(c.hidden) * dtype_size(c.dtype);
+  }
+
+  template <class T>
+  void forward(const LayerConfig& c, const std::string& prefix, T* y, const T* x_in, const T* enc_in,
+               const std::int32_t* target_lengths, const std::int32_t* source_lengths, cudaStream_t stream) {
+    LayerRun<T> r("DecoderLayer", prefix, planned->memory(), planned->ops(), 0, planned->gemm(), stream);
+    const Sublayers<T> s = sublayers<T>(c);
+    const std::int64_t TH = static_cast<std::int64_t>(batch * len) * c.hidden;
+    kernels::SoftmaxMask self_mask;
+    self_mask.causal = true;
+    self_mask.key_lengths = target_lengths;
+    kernels::SoftmaxMask cross_mask;
+    cross_mask.key_lengths = source_lengths;
+    T* self_out = r.between(ids.self_out, TH);
+    s.self.forward(r, self_out, x_in, nullptr, self_mask);
+    T* cross_out = r.between(ids.cross_out, TH);
+    s.cross.forward(r, cross_out, self_out, enc_in, cross_mask);
+    s.ffn.forward(r, y, cross_out);
+    planned->require_ran("forward", 0, r.step());
+  }
+
+  template <class T>
+  void backward(const LayerConfig& c, const std::string& prefix, T* dx, T* d_enc, const T* dy,
+                cudaStream_t stream) {
+    const int first = planned->forward_steps();
+    LayerRun<T> r("DecoderLayer", prefix, planned->memory(), planned->ops(), first, planned->gemm(), stream);
+    const Sublayers<T> s = sublayers<T>(c);
+    const std::int64_t TH = static_cast<std::int64_t>(batch * len) * c.hidden;
+    T* d_cross_out = r.between(ids.d_cross_out, TH);
+    s.ffn.backward(r, d_cross_out, dy, r.between(ids.cross_out, TH));
+    T* d_self_out = r.between(ids.d_self_out, TH);
+    const T* self_out = r.between(ids.self_out, TH);
+    s.cross.backward(r, d_self_out, d_enc, d_cross_out, self_out, static_cast<const T*>(enc));
+    s.self.backward(r, dx, nullptr, d_self_out, static_cast<const T*>(x), nullptr);
+    planned->require_ran("backward", first, r.step());
+  }
+
+ private:
+  template <class T>
+  struct Sublayers {
+    AttentionSublayer<T> self, cross;
+    FfnSublayer<T> ffn;
+  };
+  // Dropout streams base+0..5 in ref::decoder_layer_dropout_masks' order.
+  template <class T>
+  Sublayers<T> sublayers(const LayerConfig& c) const {
+    const std::int64_t B = static_cast<std::int64_t>(batch), L = static_cast<std::int64_t>(len),
+                       S = static_cast<std::int64_t>(src_len);
+    const float pa = static_cast<float>(c.attn_dropout), ph = static_cast<float>(c.hidden_dropout),
+                pf = static_cast<float>(c.activation_dropout);
+    return {{c, ids.self, self_w, self_g, {B, L, L}, {{pa, seed, base + 0}, {ph, seed, base + 1}}},
+            {c, ids.cross, cross_w, cross_g, {B, L, S}, {{pa, seed, base + 2}, {ph, seed, base + 3}}},
+            {c, ids.ffn, ffn_w, ffn_g, B * L, {{pf, seed, base + 4}, {ph, seed, base + 5}}}};
+  }
+};
+
+DecoderLayer::DecoderLayer(const LayerConfig& config, const DecoderLayerWeights& weights,
+                           const DecoderLayerGrads& grads, DeviceAllocator& allocator,
+                           DecoderLayerOptions options)
+    : config_(config), options_(std::move(options)), weights_(weights), grads_(grads) {
+  config_.validate();
+  const std::string missing =
+      null_parameters(weights_, grads_, [](auto& t, auto&& fn) { for_each_decoder_tensor(t, fn); });
+  SEQBENCH_REQUIRE(missing.empty(), "DecoderLayer: null parameter pointer(s): " << missing);
+  SEQBENCH_REQUIRE(!options_.prefix.empty(),
+                   "DecoderLayer: options.prefix is empty (the planned tensors' names)");
+  PlanBuilder plan(config_, options_.prefix);  // host only
+  impl_ = std::make_unique<Impl>();
+  impl_->ids = record_decoder_layer(plan, options_);
+  impl_->self_w = self_view(weights_);
+  impl_->self_g = self_view(grads_);
+  impl_->cross_w = cross_view(weights_);
+  impl_->cross_g = cross_view(grads_);
+  impl_->ffn_w = ffn_tensors_of(weights_);
+  impl_->ffn_g = ffn_tensors_of(grads_);
+  impl_->planned = std::make_unique<PlannedLayer>("DecoderLayer", plan, impl_->ids.forward_steps, allocator,
+                                                  options_.gemm, options_.gemm_workspace_bytes);
+}
+
+DecoderLayer::~DecoderLayer() = default;
+
+const MemoryManager& DecoderLayer::memory() const {
+  return impl_->planned->memory();
+}
+
+std::size_t DecoderLayer::block_bytes() const {
+  return memory().block_bytes();
+}
+
+void DecoderLayer::forward(void* y, const void* x, const void* encoder_out, std::size_t batch_size,
+                           std::size_t target_len, std::size_t source_len, const std::int32_t* target_lengths,
+                           const std::int32_t* source_lengths, std::uint64_t seed, std::uint64_t base_offset,
+                           cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("decoder_layer_fwd");
+  config_.check_batch(batch_size, target_len);
+  config_.check_batch(batch_size, source_len);
+  SEQBENCH_REQUIRE(x != nullptr, "DecoderLayer::forward: x is null");
+  SEQBENCH_REQUIRE(encoder_out != nullptr, "DecoderLayer::forward: encoder_out is null");
+  SEQBENCH_REQUIRE(y != nullptr, "DecoderLayer::forward: y is null");
+  Impl& m = *impl_;
+  m.have_forward = false;
+  m.batch = batch_size;
+  m.len = target_len;
+  m.src_len = source_len;
+  const std::size_t tb = m.bytes(config_, target_len), sb = m.bytes(config_, source_len);
+  SEQBENCH_REQUIRE(!bytes_overlap(y, tb, x, tb) && !bytes_overlap(y, tb, encoder_out, sb),
+                   "DecoderLayer::forward: y overlaps x or encoder_out; backward needs both unchanged");
+  m.planned->require_outside_block("forward", "x", x, tb);
+  m.planned->require_outside_block("forward", "y", y, tb);
+  m.planned->require_outside_block("forward", "encoder_out", encoder_out, sb);
+  SEQBENCH_REQUIRE(base_offset <= UINT64_MAX - kDecoderLayerDropoutOffsets,
+                   "DecoderLayer::forward: base_offset " << base_offset << " leaves no room for the "
+                                                         << kDecoderLayerDropoutOffsets
+                                                         << " dropout streams");
+  m.seed = seed;
+  m.base = base_offset;
+  dispatch_dtype(config_.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    m.forward<T>(config_, options_.prefix, static_cast<T*>(y), static_cast<const T*>(x),
+                 static_cast<const T*>(encoder_out), target_lengths, source_lengths, stream);
+  });
+  m.planned->memory().set_step(-1);
+  m.have_forward = true;
+  m.x = x;
+  m.enc = encoder_out;
+}
+
+void DecoderLayer::backward(void* dx, void* d_encoder_out, const void* dy, const void* x,
+                            const void* encoder_out, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("decoder_layer_bwd");
+  Impl& m = *impl_;
+  SEQBENCH_REQUIRE(m.have_forward,
+                   "DecoderLayer::backward: no forward() to differentiate (call forward first)");
+  SEQBENCH_REQUIRE(dx != nullptr && dy != nullptr && d_encoder_out != nullptr,
+                   "DecoderLayer::backward: dx, dy or d_encoder_out is null");
+  SEQBENCH_REQUIRE(x == m.x && encoder_out == m.enc,
+                   "DecoderLayer::backward: x or encoder_out is not the last forward's (got "
+                       << x << ", " << encoder_out << "; the forward ran on " << m.x << ", " << m.enc << ")");
+  const std::size_t tb = m.bytes(config_, m.len), sb = m.bytes(config_, m.src_len);
+  SEQBENCH_REQUIRE(!bytes_overlap(d_encoder_out, sb, dx, tb) && !bytes_overlap(d_encoder_out, sb, dy, tb) &&
+                       !bytes_overlap(d_encoder_out, sb, x, tb) &&
+                       !bytes_overlap(d_encoder_out, sb, encoder_out, sb),
+                   "DecoderLayer::backward: d_encoder_out overlaps dx, dy, x or encoder_out");
+  m.planned->require_outside_block("backward", "dx", dx, tb);
+  m.planned->require_outside_block("backward", "dy", dy, tb);
+  m.planned->require_outside_block("backward", "d_encoder_out", d_encoder_out, sb);
+  dispatch_dtype(config_.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    m.backward<T>(config_, options_.prefix, static_cast<T*>(dx), static_cast<T*>(d_encoder_out),
+                  static_cast<const T*>(dy), stream);
+  });
+  m.planned->memory().set_step(-1);
+}
+
+}  // namespace seqbench::layers

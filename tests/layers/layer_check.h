@@ -1,0 +1,137 @@
+// The GPU layer tests' shared checking: parameters packed in one buffer (LightSeq2's layout),
+// drawn with unit-gain ranges; normwise comparison against the double reference with the
+// tolerance model documented in tests/layers/encoder_layer_test.cu; the worst observed ratios,
+// printed for the GPU session.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "layers/config.h"
+#include "layers/layer_run.h"
+#include "reference/transformer_layer.h"
+#include "suites/operators/check_util.h"
+
+namespace seqbench::layers::layer_check {
+
+inline constexpr double kV = 1.0 / 16777216.0;  // 2^-24, fp32 accumulation
+inline constexpr double kGainAllowance = 4.0;   // G of the tolerance model
+
+inline ref::Activation ref_activation(Activation a) {
+  switch (a) {
+    case Activation::relu:
+      return ref::Activation::relu;
+    case Activation::gelu:
+      return ref::Activation::gelu_erf;
+    case Activation::gelu_tanh:
+      break;
+  }
+  return ref::Activation::gelu_tanh;
+}
+
+// tol = n · (G · u_T + 2 (k + 2) · 2^-24) for n roundings and the longest inner dimension k.
+inline double tolerance(DType dtype, int roundings, int k_max) {
+  return roundings * (kGainAllowance * unit_roundoff(dtype) + 2.0 * (k_max + 2) * kV);
+}
+
+// The worst err/scale per (label, dtype, tensor) over every case, printed at the end.
+inline std::map<std::string, double>& worst_ratios() {
+  static std::map<std::string, double> worst;
+  return worst;
+}
+
+inline void print_worst_ratios(const std::string& label) {
+  for (const auto& [name, ratio] : worst_ratios())
+    if (name.rfind(label, 0) == 0) std::cout << "[ " << name << " ] worst err/max|ref|: " << ratio << "\n";
+}
+
+// max_i |got_i - ref_i| <= tol · max_i |ref_i| + η_T (NaN fails).
+template <class T>
+void expect_close(const std::vector<T>& got, const std::vector<double>& want, double tol, DType dtype,
+                  const std::string& label, const std::string& tensor, const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << tensor;
+  double scale = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  double err = 0.0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<double>(to_float(got[i]));
+    const double e = std::isnan(g) ? INFINITY : std::fabs(g - want[i]);
+    if (!(e <= err)) {
+      err = e;
+      at = i;
+    }
+  }
+  const double bound = tol * scale + operators::check_util::underflow_error(dtype);
+  const double ratio = scale > 0.0 ? err / scale : err;
+  double& worst = worst_ratios()[label + " " + std::string(dtype_name(dtype)) + " " + tensor];
+  worst = std::max(worst, ratio);
+  EXPECT_LE(err, bound) << tensor << " (" << where << "): element " << at << " got "
+                        << static_cast<double>(to_float(got[at])) << " want " << want[at] << "; max|ref| "
+                        << scale << ", err/max|ref| " << ratio << " > tol " << tol;
+}
+
+inline std::vector<double> flat(const ref::Matrix& m) {
+  return {m.data(), m.data() + m.size()};
+}
+inline std::vector<double> flat(const ref::Vector& v) {
+  return {v.data(), v.data() + v.size()};
+}
+inline std::vector<double> concat(std::initializer_list<std::vector<double>> parts) {
+  std::vector<double> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+template <class T>
+std::vector<T> slice(const std::vector<T>& all, std::size_t offset, std::size_t n) {
+  return {all.begin() + static_cast<std::ptrdiff_t>(offset),
+          all.begin() + static_cast<std::ptrdiff_t>(offset + n)};
+}
+
+// Parameters packed in one host buffer in the order of `shapes`: gammas U(0.5, 1.5), weights
+// U(±1/√fan_in) (unit mean-square gain), biases and betas U(±0.2). offsets[i] is tensor i's start.
+template <class T>
+std::vector<T> random_parameters(const std::vector<ParameterShape>& shapes, std::uint64_t& seed,
+                                 std::vector<std::size_t>& offsets) {
+  std::vector<T> params;
+  offsets.clear();
+  for (const ParameterShape& sh : shapes) {
+    float lo = -0.2f, hi = 0.2f;
+    if (sh.name.find("gamma") != std::string::npos) {
+      lo = 0.5f;
+      hi = 1.5f;
+    } else if (sh.name.find("weight") != std::string::npos) {
+      hi = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.cols)));
+      lo = -hi;
+    }
+    offsets.push_back(params.size());
+    const std::vector<T> v = operators::check_util::random_values<T>(sh.elements(), ++seed, lo, hi);
+    params.insert(params.end(), v.begin(), v.end());
+  }
+  return params;
+}
+
+// The reference layer config of a LayerConfig.
+inline ref::TransformerLayerConfig ref_config(const LayerConfig& c) {
+  ref::TransformerLayerConfig rc;
+  rc.heads = c.heads;
+  rc.pre_layer_norm = c.pre_layer_norm;
+  rc.activation = ref_activation(c.activation);
+  rc.layer_norm_eps = c.layer_norm_eps;
+  rc.attn_dropout = c.attn_dropout;
+  rc.activation_dropout = c.activation_dropout;
+  rc.hidden_dropout = c.hidden_dropout;
+  return rc;
+}
+
+}  // namespace seqbench::layers::layer_check
