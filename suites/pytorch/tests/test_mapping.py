@@ -28,19 +28,18 @@ class RealList(unittest.TestCase):
         self.assertLess(len(self.quick["operators"].experiments), len(self.suites["operators"].experiments))
 
     def test_every_known_family_maps(self):
-        placeholders = ("cross_entropy", "embedding", "qkv_reshape")  # being written on other branches
+        # Backwards that go through autograd cannot be captured in a CUDA graph (see their modules).
+        autograd_backwards = ("cross_entropy_bwd", "embedding_bwd", "qkv_split_bwd")
         for suite in ("operators", "trainer"):
             for e in self.suites[suite].experiments:
                 try:
                     plan = plan_for(e)
                 except Unmapped as why:
-                    if e.family.startswith(placeholders):
-                        continue
                     self.fail(f"{suite}/{e.name}: {why}")
                 self.assertEqual(plan.variants[0], EAGER, e.name)
                 self.assertIn(COMPILE, plan.variants)
-                if suite == "trainer" or not e.family.startswith(placeholders):
-                    self.assertEqual(plan.cuda_graph, suite == "operators", e.name)
+                graph = suite == "operators" and not e.family.startswith(autograd_backwards)
+                self.assertEqual(plan.cuda_graph, graph, e.name)
 
     def test_minimal_bytes_are_the_experiments(self):
         for e in self.suites["operators"].experiments:
@@ -98,21 +97,25 @@ class Families(unittest.TestCase):
             plan_for(experiment("trainer", "adam/x", {"optimizer": "adam", "lr": 1e-3, "loss_scale": 1.0,
                                                       "betas": [0.9, 0.98]}))
 
-    def test_families_of_the_other_branches_map_from_their_likely_params(self):
-        cases = [
-            ("cross_entropy_fwd/bf16/x", {"tokens": 8, "vocab": 50, "label_smoothing": 0.1, "dtype": "bf16"}),
-            ("cross_entropy_bwd/f32/x", {"rows": 8, "vocab_size": 50, "epsilon": 0.1, "dtype": "f32", "pass": "bwd"}),
-            ("embedding_fwd/f32/x", {"batch": 2, "seq_len": 4, "vocab": 50, "hidden": 8, "p": 0.1, "dtype": "f32"}),
-            ("embedding_bwd/bf16/x", {"tokens": 8, "vocab": 50, "hidden": 8, "dtype": "bf16"}),
-            ("qkv_reshape_fwd/f32/x", {"batch": 2, "seq_len": 4, "hidden": 8, "heads": 2, "dtype": "f32"}),
-        ]
-        for name, params in cases:
-            self.assertEqual(plan_for(experiment("operators", name, params)).variants, (EAGER, COMPILE), name)
-        with self.assertRaisesRegex(Unmapped, "params lack any of 'label_smoothing'"):
-            plan_for(experiment("operators", "cross_entropy_fwd/f32/x", {"tokens": 8, "vocab": 50, "dtype": "f32"}))
+    def test_cross_entropy_conventions_map_to_torch_label_smoothing(self):
+        from seqbench_torch.families.cross_entropy import torch_label_smoothing
+
+        self.assertEqual(torch_label_smoothing("paper", 0.1, 50), 0.1)
+        self.assertAlmostEqual(torch_label_smoothing("fairseq", 0.1, 50), 0.1 * 50 / 49)
+        self.assertEqual(torch_label_smoothing("fairseq", 0.1, 1), 0.0)
+        with self.assertRaisesRegex(Unmapped, "params.convention 'hf' is not paper or fairseq"):
+            torch_label_smoothing("hf", 0.1, 50)
+
+    def test_new_families_refuse_incomplete_params(self):
+        with self.assertRaisesRegex(Unmapped, "params lack 'convention'"):
+            plan_for(experiment("operators", "cross_entropy_fwd/f32/x", {"rows": 8, "vocab": 50, "dtype": "f32"}))
+        with self.assertRaisesRegex(Unmapped, "params.positions 'rotary'"):
+            plan_for(experiment("operators", "embedding_fwd/f32/x",
+                                {"batch": 2, "len": 4, "vocab": 50, "hidden": 8, "p": 0.1, "dtype": "f32",
+                                 "positions": "rotary"}))
         with self.assertRaisesRegex(Unmapped, "not a multiple of heads"):
-            plan_for(experiment("operators", "qkv_reshape_fwd/f32/x",
-                                {"batch": 2, "seq_len": 4, "hidden": 9, "heads": 2, "dtype": "f32"}))
+            plan_for(experiment("operators", "qkv_split_fwd/f32/x",
+                                {"batch": 2, "len": 4, "hidden": 9, "heads": 2, "projections": 3, "dtype": "f32"}))
 
 
 if __name__ == "__main__":

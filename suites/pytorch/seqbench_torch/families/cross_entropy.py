@@ -1,28 +1,43 @@
-"""cross_entropy_* (LightSeq2's label-smoothed cross-entropy over the vocabulary). The seqbench
-family is being written on another branch: this mapping reads its most likely params and says
-'unmapped' (with the missing key) rather than guessing a shape.
+"""cross_entropy_* (LightSeq2's label-smoothed cross-entropy, suites/operators/cross_entropy.cu).
 
-forward:  F.cross_entropy(logits [tokens, vocab], targets, label_smoothing=eps, ignore_index,
-          reduction) (eager: log_softmax + nll + smoothing terms);
+params: rows (N), vocab (V), dtype, smoothing, convention ("paper" or "fairseq"), ignore_index,
+ignored_rows (how many rows hold the ignore index), direction.
+
+PyTorch's F.cross_entropy(label_smoothing=a) is the paper's convention, p = (1 - a)·onehot + a/V. The
+fairseq convention with ε (target 1 - ε, others ε/(V-1)) is the same distribution for
+a = ε·V/(V-1) (reference/cross_entropy.h), so both map to one torch call with reduction "sum"
+(seqbench's loss_sum; ignored rows contribute nothing).
+
+forward:  F.cross_entropy(logits [N, V], targets, label_smoothing=a, ignore_index, reduction="sum")
+          (eager: log_softmax, then the nll and smoothing reductions);
 backward: autograd of that loss with respect to the logits.
 """
 from ..errors import Unmapped
-from .common import Plan, EAGER, COMPILE, autograd_variants, dtype_name, first_of, is_backward, operator_variants, positive_int, randn, torch_dtype
+from .common import Plan, EAGER, COMPILE, autograd_variants, dtype_name, is_backward, need, operator_variants, positive_int, randn, torch_dtype
 
 PREFIX = "cross_entropy"
 
 
+def torch_label_smoothing(convention, smoothing, vocab):
+    """PyTorch's label_smoothing for seqbench's (convention, smoothing) at vocabulary size V."""
+    if convention == "paper":
+        return smoothing
+    if convention == "fairseq":
+        return smoothing * vocab / (vocab - 1) if vocab > 1 else 0.0
+    raise Unmapped(f"params.convention {convention!r} is not paper or fairseq")
+
+
 def plan(experiment):
     p = experiment.params
-    tokens = positive_int("tokens", first_of(p, "tokens", "rows", "batch_tokens"))
-    vocab = positive_int("vocab", first_of(p, "vocab", "vocab_size", "cols"))
-    eps = float(first_of(p, "label_smoothing", "epsilon", "smoothing", "eps"))
-    if not 0.0 <= eps < 1.0:
-        raise Unmapped(f"label smoothing {eps} is outside [0, 1)")
-    ignore_index = int(first_of(p, "ignore_index", "padding_idx", "pad_id", default=-100))
-    reduction = p.get("reduction", "sum")
-    if reduction not in ("sum", "mean", "none"):
-        raise Unmapped(f"params.reduction {reduction!r} is not sum, mean or none")
+    rows, vocab = (positive_int(k, v) for k, v in zip(("rows", "vocab"), need(p, "rows", "vocab")))
+    convention, smoothing, ignore_index = need(p, "convention", "smoothing", "ignore_index")
+    alpha = torch_label_smoothing(convention, float(smoothing), vocab)
+    if not 0.0 <= alpha <= 1.0:
+        raise Unmapped(f"label smoothing {alpha} (from {convention} {smoothing}) is outside [0, 1]")
+    ignored = int(p.get("ignored_rows", 0))
+    if not 0 <= ignored <= rows:
+        raise Unmapped(f"params.ignored_rows = {ignored} is outside [0, {rows}]")
+    ignore_index = int(ignore_index)
     dtype = dtype_name(p)
     backward = is_backward(experiment)
 
@@ -30,11 +45,14 @@ def plan(experiment):
         import torch.nn.functional as F
 
         dt = torch_dtype(torch, dtype)
-        logits = randn(torch, (tokens, vocab), dt, 2.0)
-        targets = torch.randint(0, vocab, (tokens,), device="cuda")
+        logits = randn(torch, (rows, vocab), dt, 2.0)
+        targets = torch.randint(0, vocab, (rows,), device="cuda")
+        targets[targets == ignore_index] = (ignore_index + 1) % vocab
+        if ignored:
+            targets[torch.randperm(rows, device="cuda")[:ignored]] = ignore_index
 
         def forward(logits, targets):
-            return F.cross_entropy(logits, targets, ignore_index=ignore_index, label_smoothing=eps, reduction=reduction)
+            return F.cross_entropy(logits, targets, ignore_index=ignore_index, label_smoothing=alpha, reduction="sum")
 
         if not backward:
             return operator_variants(torch, forward, (logits, targets))

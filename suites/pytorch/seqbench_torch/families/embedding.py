@@ -1,29 +1,48 @@
-"""embedding_* (LightSeq2's embedding layer: token lookup, scaled, plus positions, then dropout).
-The seqbench family is being written on another branch: this mapping reads its most likely params
-and says 'unmapped' (with the missing key) rather than guessing a shape.
+"""embedding_* (LightSeq2's embedding layer, suites/operators/embedding.cu): token lookup scaled by
+sqrt(H), plus positions, padding rows zero, then dropout.
 
-forward:  y = dropout(scale * E[ids] + P[positions], p)  (scale = sqrt(hidden) unless params say);
-backward: autograd with respect to the token table E (embedding_dense_backward: a scatter-add).
+params: batch, len, hidden, vocab, dtype, p, positions ("sinusoidal/nonpad_count" as fairseq, or
+"learned/slot" as Hugging Face), padding_share, pass. The seqbench experiments use padding index 1
+and scale sqrt(hidden) (fairseq's embed_scale).
+
+forward (eager, as fairseq runs it): mask = ids != pad; positions = cumsum(mask)·mask (nonpad
+          count) or arange(L) (slot); y = F.embedding(ids, E, padding_idx)·scale + P[positions],
+          masked_fill(~mask, 0), F.dropout;
+backward: autograd with respect to E (and the learned position table).
 """
 import math
 
-from .common import Plan, EAGER, COMPILE, autograd_variants, dropout_p, dtype_name, first_of, is_backward, operator_variants, positive_int, randn, torch_dtype
+from ..errors import Unmapped
+from .common import Plan, EAGER, COMPILE, autograd_variants, dropout_p, dtype_name, is_backward, need, operator_variants, positive_int, randn, torch_dtype
 
 PREFIX = "embedding"
+PADDING_IDX = 1  # suites/operators/embedding.cu's config.padding_idx
+
+
+def sinusoidal_table(torch, num_positions, hidden, dtype):
+    """reference/embedding.h's table: all sines, then all cosines; an odd H leaves the last column 0."""
+    half = hidden // 2
+    table = torch.zeros(num_positions, hidden, device="cuda", dtype=torch.float32)
+    if half > 0:
+        step = math.log(10000.0) / (half - 1) if half > 1 else 0.0
+        freq = torch.exp(torch.arange(half, device="cuda", dtype=torch.float32) * -step)
+        angle = torch.arange(num_positions, device="cuda", dtype=torch.float32)[:, None] * freq[None, :]
+        table[:, :half] = torch.sin(angle)
+        table[:, half:2 * half] = torch.cos(angle)
+    return table.to(dtype)
 
 
 def plan(experiment):
     p = experiment.params
-    hidden = positive_int("hidden", first_of(p, "hidden", "embedding_dim", "dim"))
-    vocab = positive_int("vocab", first_of(p, "vocab", "vocab_size", "num_embeddings"))
-    if "batch" in p and any(k in p for k in ("seq_len", "seq", "length")):
-        batch = positive_int("batch", p["batch"])
-        seq = positive_int("seq_len", first_of(p, "seq_len", "seq", "length"))
-    else:
-        batch, seq = 1, positive_int("tokens", first_of(p, "tokens", "rows"))
-    drop = dropout_p(p) if any(k in p for k in ("p", "dropout", "dropout_p")) else 0.0
-    scale = float(p.get("scale", math.sqrt(hidden)))
-    positions = bool(p.get("positions", True))
+    batch, seq, hidden, vocab = (positive_int(k, v) for k, v in zip(("batch", "len", "hidden", "vocab"),
+                                                                    need(p, "batch", "len", "hidden", "vocab")))
+    (positions,) = need(p, "positions")
+    if positions not in ("sinusoidal/nonpad_count", "learned/slot"):
+        raise Unmapped(f"params.positions {positions!r} is not sinusoidal/nonpad_count or learned/slot")
+    learned = positions.startswith("learned")
+    drop = dropout_p(p)
+    share = float(p.get("padding_share", 0.0))
+    scale = math.sqrt(hidden)
     dtype = dtype_name(p)
     backward = is_backward(experiment)
 
@@ -32,18 +51,24 @@ def plan(experiment):
 
         dt = torch_dtype(torch, dtype)
         table = randn(torch, (vocab, hidden), dt, 0.02)
-        pos = randn(torch, (seq, hidden), dt, 0.02)
         ids = torch.randint(0, vocab, (batch, seq), device="cuda")
+        ids[ids == PADDING_IDX] = (PADDING_IDX + 1) % vocab
+        ids[torch.rand(batch, seq, device="cuda") < share] = PADDING_IDX
+        pos_table = randn(torch, (seq, hidden), dt, 0.02) if learned else sinusoidal_table(torch, seq + 1, hidden, dt)
 
-        def forward(table, ids, pos):
-            y = F.embedding(ids, table) * scale
-            if positions:
-                y = y + pos
+        def forward(table, ids, pos_table):
+            mask = ids.ne(PADDING_IDX)
+            if learned:
+                pos = F.embedding(torch.arange(seq, device=ids.device).expand(batch, seq), pos_table)
+            else:
+                pos = F.embedding(torch.cumsum(mask, dim=1) * mask, pos_table)
+            y = F.embedding(ids, table, padding_idx=PADDING_IDX) * scale + pos
+            y = y.masked_fill(~mask.unsqueeze(-1), 0)
             return F.dropout(y, drop, training=True) if drop > 0 else y
 
         if not backward:
-            return operator_variants(torch, forward, (table, ids, pos))
-        return autograd_variants(torch, forward, (table, ids, pos), wrt=(0,))
+            return operator_variants(torch, forward, (table, ids, pos_table))
+        return autograd_variants(torch, forward, (table, ids, pos_table), wrt=(0, 2) if learned else (0,))
 
     # Autograd runs each backward kernel on its forward's stream, which a graph capture on another
     # stream cannot take: the autograd-based backward is timed without a CUDA graph.

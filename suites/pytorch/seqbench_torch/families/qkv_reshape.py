@@ -1,40 +1,52 @@
-"""qkv_reshape_* (LightSeq2's bias add + split of the fused QKV projection into per-head layout).
-The seqbench family is being written on another branch: this mapping reads its most likely params
-and says 'unmapped' (with the missing key) rather than guessing a shape.
+"""qkv_split_fwd, qkv_split_bwd and merge_heads (suites/operators/qkv_reshape.cu): LightSeq2's bias
+add + split of the fused QKV projection into the per-head layout, and its inverse.
 
-forward:  x [batch·seq, 3·hidden] + bias -> q, k, v as one [3, batch, heads, seq, hidden/heads]
-          tensor: (x + bias).view(b, s, 3, h, d).permute(2, 0, 3, 1, 4).contiguous();
-backward: autograd of that with respect to x and bias (a transposing copy and a column sum).
+params: batch, len, hidden, heads, head_dim, projections (P), dtype, pass.
+
+qkv_split_fwd: x [B·L, P·H] + bias [P·H] -> [P, B, N, L, d]:
+               (x + bias).view(B, L, P, N, d).permute(2, 0, 3, 1, 4).contiguous();
+qkv_split_bwd: autograd of that with respect to x and bias (a transposing copy and a column sum);
+merge_heads:   [B, N, L, d] -> [B·L, H]: x.permute(0, 2, 1, 3).reshape(B·L, H) (a transposing copy).
 """
 from ..errors import Unmapped
-from .common import Plan, EAGER, COMPILE, autograd_variants, dtype_name, first_of, is_backward, need, operator_variants, positive_int, randn, torch_dtype
+from .common import Plan, EAGER, COMPILE, autograd_variants, dtype_name, need, operator_variants, positive_int, randn, torch_dtype
 
-PREFIX = "qkv_reshape"
+PREFIXES = ("qkv_split", "merge_heads")
 
 
 def plan(experiment):
     p = experiment.params
-    batch, heads = (positive_int(k, v) for k, v in zip(("batch", "heads"), need(p, "batch", "heads")))
-    seq = positive_int("seq_len", first_of(p, "seq_len", "seq", "length"))
-    hidden = positive_int("hidden", first_of(p, "hidden", "hidden_size", "dim"))
+    batch, seq, hidden, heads, projections = (
+        positive_int(k, v) for k, v in zip(("batch", "len", "hidden", "heads", "projections"),
+                                           need(p, "batch", "len", "hidden", "heads", "projections")))
     if hidden % heads:
         raise Unmapped(f"hidden {hidden} is not a multiple of heads {heads}")
     d = hidden // heads
     dtype = dtype_name(p)
-    backward = is_backward(experiment)
+    kind = experiment.family  # qkv_split_fwd, qkv_split_bwd or merge_heads
+    if kind not in ("qkv_split_fwd", "qkv_split_bwd", "merge_heads"):
+        raise Unmapped(f"no torch equivalent for family '{kind}'")
 
     def build(torch):
         dt = torch_dtype(torch, dtype)
-        x = randn(torch, (batch * seq, 3 * hidden), dt)
-        bias = randn(torch, (3 * hidden,), dt, 0.1)
+        if kind == "merge_heads":
+            heads_in = randn(torch, (batch, heads, seq, d), dt)
 
-        def forward(x, bias):
-            return (x + bias).view(batch, seq, 3, heads, d).permute(2, 0, 3, 1, 4).contiguous()
+            def merge(x):
+                return x.permute(0, 2, 1, 3).reshape(batch * seq, hidden)
 
-        if not backward:
-            return operator_variants(torch, forward, (x, bias))
-        return autograd_variants(torch, forward, (x, bias), wrt=(0, 1))
+            return operator_variants(torch, merge, (heads_in,))
+        x = randn(torch, (batch * seq, projections * hidden), dt)
+        bias = randn(torch, (projections * hidden,), dt, 0.1)
 
+        def split(x, bias):
+            return (x + bias).view(batch, seq, projections, heads, d).permute(2, 0, 3, 1, 4).contiguous()
+
+        if kind == "qkv_split_fwd":
+            return operator_variants(torch, split, (x, bias))
+        return autograd_variants(torch, split, (x, bias), wrt=(0, 1))
+
+    backward = kind == "qkv_split_bwd"
     # Autograd runs each backward kernel on its forward's stream, which a graph capture on another
     # stream cannot take: the autograd-based backward is timed without a CUDA graph.
     return Plan((EAGER, COMPILE), not backward, build, note="autograd backward, no CUDA graph" if backward else "")
