@@ -102,6 +102,10 @@ void LayerConfig::validate() const {
 }
 
 void LayerConfig::check_batch(std::size_t batch_size, std::size_t seq_len) const {
+  check_batch_maxima(batch_size, seq_len, max_batch_tokens, max_seq_len);
+}
+
+void check_batch_maxima(std::size_t batch_size, std::size_t seq_len, int max_batch_tokens, int max_seq_len) {
   SEQBENCH_REQUIRE(batch_size >= 1, "batch_size " << batch_size << " must be at least 1");
   SEQBENCH_REQUIRE(seq_len >= 1, "seq_len " << seq_len << " must be at least 1");
   SEQBENCH_REQUIRE(seq_len <= static_cast<std::size_t>(max_seq_len),

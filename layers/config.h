@@ -56,6 +56,11 @@ struct LayerConfig {
 // One line: "hidden=1024 ffn=4096 heads=16 ...", for messages and report details.
 std::string describe(const LayerConfig& config);
 
+// LayerConfig::check_batch's rule for any planned layer with these maxima (the embedding and
+// criterion layers use it too): throws, naming the value and the limit, unless
+// 1 <= seq_len <= max_seq_len, batch_size >= 1 and batch_size × seq_len <= max_batch_tokens.
+void check_batch_maxima(std::size_t batch_size, std::size_t seq_len, int max_batch_tokens, int max_seq_len);
+
 // A named model: the per-layer config plus how many layers it stacks, and where the numbers come
 // from. Decoder-only models (GPT-2) are stacks of encoder layers with a causal mask, as LightSeq2
 // builds them (mask_future_tokens); encoder-decoder models have both stacks.
