@@ -32,8 +32,9 @@
 // backward's workspace asks CUB, which needs the CUDA device: the block is therefore allocated
 // through the caller's DeviceAllocator at the FIRST forward() (after that call's argument
 // checks), or earlier by reserve(); every later forward() and backward() allocates nothing. The
-// kernels re-check the workspace at each call's shape (CUB's storage for fewer tokens has never
-// been found larger, but if it were, the launch would throw naming both sizes, never run short).
+// kernels re-check the workspace at each call's shape: the plan assumes CUB's sort storage does not
+// grow when the token count shrinks (unverified on a device here); if it ever did, the launch would
+// throw naming both sizes rather than run short.
 //
 // Limits and contract: config.validate() (vocab_size, embedding_dim, max_batch_tokens,
 // max_seq_len positive; max_seq_len <= max_batch_tokens; padding_idx -1 or in [0, vocab_size);
