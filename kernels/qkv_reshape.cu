@@ -292,6 +292,20 @@ void require_heads_shape(const HeadsShape& s, const char* op) {
   require_matrix_shape(s.rows(), s.cols(), op);
 }
 
+StridedCopy4 heads_strided_copy(const HeadsShape& s, bool to_heads) {
+  const std::int64_t d = s.head_dim(), L = s.len, N = s.heads, cols = s.cols();
+  const std::int64_t heads_stride[4] = {N * L * d, L * d, d, 1};  // [B, N, L, d] contiguous
+  const std::int64_t proj_stride[4] = {L * cols, d, cols, 1};     // a column block of projected
+  const std::int64_t dims[4] = {s.batch, N, L, d};
+  StridedCopy4 c;
+  for (int k = 0; k < 4; ++k) {
+    c.dims[k] = dims[k];
+    c.out_stride[k] = to_heads ? heads_stride[k] : proj_stride[k];
+    c.in_stride[k] = to_heads ? proj_stride[k] : heads_stride[k];
+  }
+  return c;
+}
+
 std::size_t qkv_bias_split_bwd_workspace_bytes(const HeadsShape& shape) {
   require_heads_shape(shape, "qkv_bias_split_bwd_workspace_bytes");
   return bias_grad_workspace_bytes(shape.rows(), shape.cols());

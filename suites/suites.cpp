@@ -2,6 +2,7 @@
 #include "suites/experiment.h"
 #include "suites/operators/operators.h"
 #include "suites/suite_device.h"
+#include "suites/suite_layers.h"
 #include "suites/suite_memory.h"
 #include "suites/suite_reference.h"
 #include "suites/suite_trainer.h"
@@ -14,6 +15,7 @@ std::vector<SuiteSpec> all_suites(const SuiteOptions& options) {
   suites.push_back(device_suite(options));
   suites.push_back(operators_suite(options));
   suites.push_back(trainer_suite(options));
+  suites.push_back(layers_suite(options));
   suites.push_back(memory_suite(options));
   return suites;
 }

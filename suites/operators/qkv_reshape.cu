@@ -49,21 +49,8 @@ constexpr std::uint64_t kBenchSeed = 20240921;
 
 // ---------------------------------------------------------------------------------------------
 // The unfused baseline, as PyTorch eager runs it. Projection p's column block of projected
-// [rows, P·H], viewed as [B, L, N, d], transposed to [B, N, L, d]: the copy walks (b, h, l, j).
-
-StridedCopy4 heads_copy(const HeadsShape& s, bool to_heads) {
-  const std::int64_t d = s.head_dim(), L = s.len, N = s.heads, cols = s.cols();
-  const std::int64_t heads_stride[4] = {N * L * d, L * d, d, 1};  // [B, N, L, d] contiguous
-  const std::int64_t proj_stride[4] = {L * cols, d, cols, 1};     // a column block of projected
-  StridedCopy4 c;
-  const std::int64_t dims[4] = {s.batch, N, L, d};
-  for (int k = 0; k < 4; ++k) {
-    c.dims[k] = dims[k];
-    c.out_stride[k] = to_heads ? heads_stride[k] : proj_stride[k];
-    c.in_stride[k] = to_heads ? proj_stride[k] : heads_stride[k];
-  }
-  return c;
-}
+// [rows, P·H], viewed as [B, L, N, d], transposed to [B, N, L, d] (kernels::heads_strided_copy: the
+// copy walks (b, h, l, j)).
 
 std::int64_t block_elements(const HeadsShape& s) {
   return s.rows() * s.hidden;
@@ -74,7 +61,7 @@ template <class T>
 void unfused_split_fwd(T* heads_out, T* tmp, const T* projected, const T* bias, const HeadsShape& s,
                        cudaStream_t stream) {
   kernels::launch_bias_add<T>(tmp, projected, bias, s.rows(), s.cols(), stream);
-  const StridedCopy4 copy = heads_copy(s, true);
+  const StridedCopy4 copy = kernels::heads_strided_copy(s, true);
   for (std::int64_t p = 0; p < s.projections; ++p)
     kernels::launch_strided_copy<T>(heads_out + p * block_elements(s), tmp + p * s.hidden, copy, stream);
 }
@@ -82,7 +69,7 @@ void unfused_split_fwd(T* heads_out, T* tmp, const T* projected, const T* bias, 
 // The merge: one strided copy per projection into its column block.
 template <class T>
 void unfused_merge(T* projected, const T* heads_in, const HeadsShape& s, cudaStream_t stream) {
-  const StridedCopy4 copy = heads_copy(s, false);
+  const StridedCopy4 copy = kernels::heads_strided_copy(s, false);
   for (std::int64_t p = 0; p < s.projections; ++p)
     kernels::launch_strided_copy<T>(projected + p * s.hidden, heads_in + p * block_elements(s), copy, stream);
 }

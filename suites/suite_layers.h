@@ -1,0 +1,59 @@
+// The `layers` suite (LightSeq2 Fig. 19 and Fig. 20): the Transformer-Big encoder layer, forward
+// and backward, the eager-like baseline (layers/baseline_encoder_layer.h: unfused kernels, a
+// caching allocator, stored uint8 masks) against the managed EncoderLayer (fused kernels, one
+// planned block), over a range of sequence lengths at a fixed number of batch tokens; and, as GPU
+// checks, Fig. 20's memory loop: peak device memory and device allocation counts of both layers
+// over training steps of variable length.
+//
+// Experiments: encoder_fwd/<dtype>/B=<b>,L=<l> and encoder_bwd/<dtype>/B=<b>,L=<l>, dtype f16 and
+// bf16, L in {32, 64, 128, 256} at 8192 batch tokens (quick: L in {64, 128} at 4096), B = tokens/L;
+// variants "baseline" (the speedup reference) and "managed". FLOPs are the layer's GEMM FLOPs
+// (encoder_layer_gemm_flops); bytes are 0 (a layer is GEMM-bound: GB/s would say nothing).
+//
+// Checks (GPU): layers/memory/<dtype>/... for f16 and bf16: a loop of kMemorySteps (quick:
+// kMemoryStepsQuick) forward + backward steps with lengths from memory_loop_lengths(seed), both
+// layers on their own counting allocators; "peak_ratio" passes when the managed layer's peak
+// device bytes are at most kMemoryRatioTarget times the baseline's peak allocated bytes (the
+// baseline's best case: PyTorch's max_memory_allocated, below its reserved peak, which the
+// detail also gives); "steady_state_allocations" passes when the managed layer made no device
+// allocation during the loop. Both are measured, never assumed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "layers/config.h"
+#include "suites/experiment.h"
+
+namespace seqbench {
+
+inline constexpr double kMemoryRatioTarget = 0.7;
+inline constexpr int kMemorySteps = 24;
+inline constexpr int kMemoryStepsQuick = 6;
+
+// The layers suite's layer: transformer-big's per-layer config (hidden 1024, ffn 4096, 16 heads,
+// pre-LN, ReLU, its dropouts) with the given maxima and dtype.
+layers::LayerConfig layers_suite_config(DType dtype, int max_batch_tokens, int max_seq_len);
+
+// The sequence lengths the timing experiments sweep and their batch tokens.
+std::vector<int> layers_suite_lengths(bool quick);
+int layers_suite_tokens(bool quick);
+
+// GEMM FLOPs of one forward of an encoder layer on B sentences of L tokens (T = B·L):
+//   2·T·H·(3H + H + 2·ffn)   the QKV, output, fc1 and fc2 projections
+//   + 4·B·L²·H               scores Q·Kᵀ and context P·V over all heads (2·B·N·L²·d each)
+// The backward does twice as many (dX and dW of every projection, two products per attention
+// GEMM): encoder_layer_gemm_flops(..., true) = 2 × the forward's.
+double encoder_layer_gemm_flops(const layers::LayerConfig& config, std::int64_t batch, std::int64_t len,
+                                bool backward);
+
+// Fig. 20's step shapes (batch, length): deterministic from the seed; the first step is the
+// largest (max_seq_len), the others uniform in [8, max_seq_len], batch = tokens / length.
+std::vector<std::pair<std::int64_t, std::int64_t>> memory_loop_shapes(std::uint64_t seed, int steps,
+                                                                      int tokens, int max_seq_len);
+
+SuiteSpec layers_suite(const SuiteOptions& options);
+
+}  // namespace seqbench
