@@ -1,11 +1,12 @@
 // layers/: the public header of the folder. Transformer layers (EncoderLayer, DecoderLayer, their shared
-// sub-layers) and what they are built on here: the layer configuration and model presets, the
+// sub-layers, the layer-batched cross-attention K/V of a decoder stack) and what they are built on here: the layer configuration and model presets, the
 // device-allocation interface that counts every allocation, the dangling-tensor memory planner and manager
 // (LightSeq2 §IV-D), and the dry runs that describe each layer's temporaries to the planner.
 #pragma once
 
 #include "layers/attention_sublayer.h"
 #include "layers/config.h"
+#include "layers/cross_kv.h"
 #include "layers/decoder_layer.h"
 #include "layers/device_allocator.h"
 #include "layers/encoder_layer.h"
