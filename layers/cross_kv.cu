@@ -253,6 +253,10 @@ void CrossAttentionKV::backward(void* d_encoder_out, const void* encoder_out, cu
           !bytes_overlap(d_encoder_out, sb, db_, bb),
       "CrossAttentionKV::backward: d_encoder_out overlaps encoder_out or the K/V parameters or "
       "their gradients");
+  SEQBENCH_REQUIRE(
+      !bytes_overlap(dw_, wb, encoder_out, sb) && !bytes_overlap(db_, bb, encoder_out, sb),
+      "CrossAttentionKV::backward: d_kv_weight_all or d_kv_bias_all overlaps encoder_out (read by "
+      "the dW GEMM they are written with)");
   m.planned->require_outside_block("backward", "d_encoder_out", d_encoder_out, sb);
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);

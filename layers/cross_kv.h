@@ -51,7 +51,8 @@
 // gradients overlapping neither each other nor the weights; encoder_out [B·S, H] non-null, outside
 // the block, check_batch(B, S); backward needs the last forward's encoder_out (same pointer,
 // unchanged), d_encoder_out non-null, overlapping neither encoder_out, the parameters nor the
-// block. Not thread-safe; one stream at a time.
+// block, and the gradients not overlapping encoder_out. Not thread-safe; one stream at a time
+// (the decoder layers' calls included).
 #pragma once
 
 #include <cuda_runtime_api.h>
