@@ -246,13 +246,15 @@ void run_case(const Case& cs, std::uint64_t seed) {
   const std::int32_t* tlp = tl.empty() ? nullptr : d_tl.data();
   const std::int32_t* slp = sl.empty() ? nullptr : d_sl.data();
   DeviceBuffer<T> d_x(x), d_enc(enc), d_dy(dy);
-  // Activations between layers: acts[i] is layer i's input (acts[0] = x), acts[NL] the output;
-  // grads_up[i] the gradient of acts[i] (grads_up[NL] = dy).
+  // Between layers: acts[i] (1 <= i < NL) is layer i's input = layer i - 1's output, grads_up[i]
+  // its gradient (layer i's dx, layer i - 1's dy). Layer 0 reads d_x and writes dx_out; layer
+  // NL - 1 writes y_out and reads d_dy. acts[0] and grads_up[0] are unused.
   std::vector<DeviceBuffer<T>> acts, grads_up;
   for (int i = 0; i < NL; ++i) {
     acts.emplace_back(rows * Hs);
     grads_up.emplace_back(rows * Hs);
   }
+  DeviceBuffer<T> y_out(rows * Hs), dx_out(rows * Hs);
   DeviceBuffer<T> d_enc_out(src_rows * Hs), dw_all(C * Hs), db_all(C);
   std::vector<DeviceBuffer<T>> d_enc_of;  // the default stack's per-layer d_encoder_out
   for (int i = 0; i < NL; ++i) d_enc_of.emplace_back(src_rows * Hs);
@@ -278,12 +280,12 @@ void run_case(const Case& cs, std::uint64_t seed) {
     for (auto& a : acts) a.fill_bytes(0xFF);
     for (auto& g : grads_up) g.fill_bytes(0xFF);
     for (auto& e : d_enc_of) e.fill_bytes(0xFF);
+    y_out.fill_bytes(0xFF);
+    dx_out.fill_bytes(0xFF);
     d_enc_out.fill_bytes(0xFF);
     dw_all.fill_bytes(0xFF);
     db_all.fill_bytes(0xFF);
   };
-  // The layer's output buffer: acts[i + 1], or the last layer's into acts[0]'s sibling below.
-  DeviceBuffer<T> y_out(rows * Hs), dx_out(rows * Hs);
   const auto in_of = [&](int i) -> const T* {
     return i == 0 ? d_x.data() : acts[static_cast<std::size_t>(i)].data();
   };
