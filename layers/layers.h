@@ -1,7 +1,8 @@
 // layers/: the public header of the folder. Transformer layers (EncoderLayer, DecoderLayer, their shared
-// sub-layers, the layer-batched cross-attention K/V of a decoder stack) and what they are built on here: the layer configuration and model presets, the
-// device-allocation interface that counts every allocation, the dangling-tensor memory planner and manager
-// (LightSeq2 §IV-D), and the dry runs that describe each layer's temporaries to the planner.
+// sub-layers, the layer-batched cross-attention K/V of a decoder stack) and what they are built on here: the
+// layer configuration and model presets, the device-allocation interface that counts every allocation, the
+// dangling-tensor memory planner and manager (LightSeq2 §IV-D), and the dry runs that describe each layer's
+// temporaries to the planner.
 #pragma once
 
 #include "layers/attention_sublayer.h"
