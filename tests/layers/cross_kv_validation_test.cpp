@@ -173,6 +173,17 @@ TEST(CrossKvValidation, DryRunAndOneAllocation) {
   }
 }
 
+// With the caller's Gemm the object plans no GEMM workspace of its own (the dry run only looks
+// at whether the pointer is set; it is never dereferenced here).
+TEST(CrossKvValidation, ASharedGemmPlansNoWorkspace) {
+  CrossAttentionKVOptions options;
+  options.gemm = reinterpret_cast<Gemm*>(std::uintptr_t{1} << 40);
+  const std::set<std::string> names = names_of(cross_kv_lifetimes(small_config(), 2, options));
+  EXPECT_EQ(names.count("cross_kv.gemm_workspace"), 0u);
+  EXPECT_EQ(names.count("cross_kv.kv_all"), 1u);
+  EXPECT_EQ(names_of(cross_kv_lifetimes(small_config(), 2)).count("cross_kv.gemm_workspace"), 1u);
+}
+
 TEST(CrossKvValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaCall) {
   HostBackend backend;
   CountingAllocator counter(backend);
