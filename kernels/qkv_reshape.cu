@@ -25,12 +25,13 @@ struct HeadsArgs {
   float* partials = nullptr;  // [row_blocks, cols], written when kReduce
   std::int64_t rows = 0;      // B·L
   std::int64_t cols = 0;      // P·H
+  std::int64_t ld = 0;        // the projected matrix's row stride (>= cols)
   std::int64_t len = 0;       // L
   std::int64_t hidden = 0;    // H
   std::int64_t heads = 0;     // N
   std::int64_t head_dim = 0;  // d
   std::int64_t rows_per_block = 0;
-  bool vector_path = false;  // d % K == 0 and every pointer 16-byte aligned
+  bool vector_path = false;  // d % K == 0, ld % K == 0 and every pointer 16-byte aligned
 };
 
 // One column to the right in the heads layout: element j + 1 of head h, or element 0 of head
@@ -51,7 +52,7 @@ __device__ __forceinline__ void step_column(std::int64_t& off, std::int64_t& h, 
   off += next_proj;
 }
 
-// The kernel. kToHeads: in is the projected matrix [rows, cols] and out the heads layout
+// The kernel. kToHeads: in is the projected matrix [rows, cols] (row stride ld) and out the heads layout
 // [P, B, N, L, d] (the split); otherwise the reverse (the merge). kBias adds bias[c] in float
 // (split only); kReduce sums the moved values per column into partials (merge only), in the
 // order of kernels/dropout_mask.h's row_tile_kernel: each thread's rows in increasing order,
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kTileThreads) heads_tile_kernel(const HeadsArg
     std::int64_t b = r / len, l = r - (r / len) * len;  // len >= 1 whenever rows > 0
 #pragma unroll 2
     for (; r < row_end; r += kTileRows) {
-      const std::int64_t flat = r * cols + col0;  // projected
+      const std::int64_t flat = r * a.ld + col0;  // projected (row stride ld)
       const std::int64_t row_off = b * batch_stride + l * d;
       if constexpr (kToHeads) {
         if (whole) {
@@ -177,8 +178,8 @@ void launch_heads_tile(HeadsArgs<T> a, cudaStream_t stream) {
   const RowTilePlan plan = make_row_tile_plan(a.rows, a.cols);
   if (plan.row_blocks == 0) return;
   a.rows_per_block = plan.rows_per_block;
-  a.vector_path = a.head_dim % K == 0 && is_vector_aligned(a.out) && is_vector_aligned(a.in) &&
-                  (a.bias == nullptr || is_vector_aligned(a.bias));
+  a.vector_path = a.head_dim % K == 0 && a.ld % K == 0 && is_vector_aligned(a.out) &&
+                  is_vector_aligned(a.in) && (a.bias == nullptr || is_vector_aligned(a.bias));
   const std::int64_t col_tiles = (a.cols + kTileCols * K - 1) / (kTileCols * K);
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(plan.row_blocks));
   heads_tile_kernel<T, kToHeads, kBias, kReduce><<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(a);
@@ -190,6 +191,7 @@ HeadsArgs<T> make_heads_args(const HeadsShape& s) {
   HeadsArgs<T> a;
   a.rows = s.rows();
   a.cols = s.cols();
+  a.ld = s.ld();
   a.len = s.len;
   a.hidden = s.hidden;
   a.heads = s.heads;
@@ -197,18 +199,25 @@ HeadsArgs<T> make_heads_args(const HeadsShape& s) {
   return a;
 }
 
+// The bytes of the heads side (packed) and of the projected side (its span, row stride ld).
 template <class T>
 std::size_t tensor_bytes(const HeadsShape& s) {
   return static_cast<std::size_t>(s.elements()) * sizeof(T);
 }
-
-// out = move(in) over the shape: both non-null and disjoint.
 template <class T>
+std::size_t projected_bytes(const HeadsShape& s) {
+  return static_cast<std::size_t>(s.projected_span()) * sizeof(T);
+}
+
+// out = move(in) over the shape: both non-null and disjoint; kToHeads: in is the projected side.
+template <class T, bool kToHeads>
 void require_move(const char* op, const T* out, const char* out_name, const T* in, const char* in_name,
                   const HeadsShape& s) {
   require_non_null(out, op, out_name);
   require_non_null(in, op, in_name);
-  require_disjoint(out, tensor_bytes<T>(s), in, tensor_bytes<T>(s), op, out_name, in_name);
+  const std::size_t heads = tensor_bytes<T>(s), projected = projected_bytes<T>(s);
+  require_disjoint(out, kToHeads ? heads : projected, in, kToHeads ? projected : heads, op, out_name,
+                   in_name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -290,6 +299,12 @@ void require_heads_shape(const HeadsShape& s, const char* op) {
   SEQBENCH_REQUIRE(s.len == 0 || s.batch <= kMaxElements / s.len,
                    op << ": batch·len = " << s.batch << "·" << s.len << " exceeds 2^62 rows");
   require_matrix_shape(s.rows(), s.cols(), op);
+  if (s.projected_ld != 0) {
+    SEQBENCH_REQUIRE(s.projected_ld >= s.cols(), op << ": projected_ld " << s.projected_ld
+                                                    << " is below the row length P·H = " << s.cols()
+                                                    << " (0 means packed)");
+    require_matrix_shape(s.rows(), s.projected_ld, op);
+  }
 }
 
 StridedCopy4 heads_strided_copy(const HeadsShape& s, bool to_heads) {
@@ -318,7 +333,7 @@ void launch_qkv_bias_split_fwd(T* heads_out, const T* projected, const T* bias, 
   constexpr const char* op = "qkv_bias_split_fwd";
   require_heads_shape(shape, op);
   if (shape.elements() == 0) return;
-  require_move<T>(op, heads_out, "heads_out", projected, "projected", shape);
+  require_move<T, true>(op, heads_out, "heads_out", projected, "projected", shape);
   require_non_null(bias, op, "bias");
   require_disjoint(heads_out, tensor_bytes<T>(shape), bias,
                    static_cast<std::size_t>(shape.cols()) * sizeof(T), op, "heads_out", "bias");
@@ -341,10 +356,11 @@ void launch_qkv_bias_split_bwd(T* d_projected, T* dbias, const T* d_heads, const
   if (cols == 0) return;
   require_non_null(dbias, op, "dbias");
   if (rows > 0) {
-    const std::size_t bytes = tensor_bytes<T>(shape), bias_bytes = static_cast<std::size_t>(cols) * sizeof(T);
-    require_move<T>(op, d_projected, "d_projected", d_heads, "d_heads", shape);
-    require_disjoint(d_projected, bytes, workspace, need, op, "d_projected", "workspace");
-    require_disjoint(dbias, bias_bytes, d_projected, bytes, op, "dbias", "d_projected");
+    const std::size_t bytes = tensor_bytes<T>(shape), pbytes = projected_bytes<T>(shape),
+                      bias_bytes = static_cast<std::size_t>(cols) * sizeof(T);
+    require_move<T, false>(op, d_projected, "d_projected", d_heads, "d_heads", shape);
+    require_disjoint(d_projected, pbytes, workspace, need, op, "d_projected", "workspace");
+    require_disjoint(dbias, bias_bytes, d_projected, pbytes, op, "dbias", "d_projected");
     require_disjoint(dbias, bias_bytes, d_heads, bytes, op, "dbias", "d_heads");
     require_disjoint(dbias, bias_bytes, workspace, need, op, "dbias", "workspace");
     HeadsArgs<T> a = make_heads_args<T>(shape);
@@ -362,7 +378,7 @@ void launch_merge_heads(T* projected, const T* heads_in, const HeadsShape& shape
   constexpr const char* op = "merge_heads";
   require_heads_shape(shape, op);
   if (shape.elements() == 0) return;
-  require_move<T>(op, projected, "projected", heads_in, "heads_in", shape);
+  require_move<T, false>(op, projected, "projected", heads_in, "heads_in", shape);
   HeadsArgs<T> a = make_heads_args<T>(shape);
   a.out = projected;
   a.in = heads_in;
@@ -375,7 +391,7 @@ void launch_split_heads(T* heads_out, const T* projected, const HeadsShape& shap
   constexpr const char* op = "split_heads";
   require_heads_shape(shape, op);
   if (shape.elements() == 0) return;
-  require_move<T>(op, heads_out, "heads_out", projected, "projected", shape);
+  require_move<T, true>(op, heads_out, "heads_out", projected, "projected", shape);
   HeadsArgs<T> a = make_heads_args<T>(shape);
   a.out = heads_out;
   a.in = projected;

@@ -4,15 +4,19 @@
 // split_heads / merge_heads, with the bias added before the split.
 //
 // Shapes (HeadsShape): B = batch, L = len, N = heads, H = hidden = N·d (the width of one
-// projection), P = projections ∈ {1, 2, 3}, rows = B·L token rows (row = b·L + l).
-//   projected  [rows, P·H]       the fused projection GEMM's output; column p·H + h·d + j is
+// projection), P = projections ∈ {1, 2, 3}, rows = B·L token rows (row = b·L + l), ld = the
+// projected matrix's row stride (projected_ld; 0 means packed, ld = P·H).
+//   projected  [rows, P·H]       the fused projection GEMM's output (row r at element r·ld; the
+//                                ld - P·H elements between rows are neither read nor written,
+//                                so it may be a column block of a wider matrix); column p·H + h·d + j is
 //                                projection p (0 = Q, 1 = K, 2 = V for P = 3), head h, element j
 //   heads      [P, B, N, L, d]   one tensor, projection p's [B, N, L, d] block at element p·rows·H
 //                                (LightSeq's layout; P = 3 self-attention QKV, P = 2 the
 //                                cross-attention K/V of the encoder output, P = 1 a lone Q or the
 //                                attention context)
 //   bias/dbias [P·H]
-// So heads[p, b, h, l, j] = projected[b·L + l, p·H + h·d + j]: the split; the merge is its inverse.
+// So heads[p, b, h, l, j] = projected[(b·L + l)·ld + p·H + h·d + j]: the split; the merge is its
+// inverse.
 //
 // Launchers (T ∈ {float, __half, __nv_bfloat16}; fp32 arithmetic, one rounding per output):
 //   launch_qkv_bias_split_fwd  heads = split(projected + bias): fl_T(fl32(x + b)) per element
@@ -32,8 +36,9 @@
 // bias values in registers; per row only the (b, l) part of the address changes. Reads and
 // writes of the projected matrix are coalesced along columns; the heads side is coalesced
 // along d within a head (a warp touches 32K/d heads, each a contiguous run of d elements).
-// Vector path (one 16-byte Packed<T> load and store per thread per row) when d % K == 0 and
-// every pointer is 16-byte aligned, so a vector never straddles a head; otherwise K scalar
+// Vector path (one 16-byte Packed<T> load and store per thread per row) when d % K == 0,
+// ld % K == 0 and every pointer is 16-byte aligned, so a vector never straddles a head and every
+// row of the projected side starts aligned; otherwise K scalar
 // accesses, each column addressed on its own, every tail guarded: any H, any d, any B and L.
 //
 // Deterministic bias gradient: the backward sums each thread's columns over its rows in row
@@ -48,9 +53,10 @@
 //
 // Limits (checked; seqbench::Error names the value and the limit): batch, len >= 0, heads >= 1,
 // hidden >= 0 with hidden % heads == 0, 1 <= projections <= 3, P·H <= 2^31 - 1, rows·P·H <=
-// 2^62; pointers non-null when their tensor is non-empty; outputs overlap no input (no
-// in-place: a permutation cannot run in place element by element). An empty tensor launches
-// nothing, except that the backward with rows = 0 still writes dbias = 0.
+// 2^62; projected_ld = 0 or P·H <= projected_ld <= 2^31 - 1 with rows·ld <= 2^62; pointers
+// non-null when their tensor is non-empty; outputs overlap no input (the projected side's whole
+// span counts, gaps included; no in-place: a permutation cannot run in place element by element). An empty
+// tensor launches nothing, except that the backward with rows = 0 still writes dbias = 0.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -66,11 +72,20 @@ struct HeadsShape {
   std::int64_t heads = 1;
   std::int64_t hidden = 0;       // H = heads·d, one projection's width
   std::int64_t projections = 1;  // P: 1 (Q, or the context), 2 (cross-attention K/V), 3 (QKV)
+  // The projected matrix's row stride in elements: 0 = packed (cols()), else >= cols(), so that
+  // the projected side can be a column block of a wider matrix (layers/cross_kv.h: one layer's
+  // K/V columns of the layer-batched [rows, layers·2H] projection). The heads side is packed.
+  std::int64_t projected_ld = 0;
 
   std::int64_t rows() const { return batch * len; }
   std::int64_t cols() const { return projections * hidden; }  // P·H
   std::int64_t head_dim() const { return heads > 0 ? hidden / heads : 0; }
-  std::int64_t elements() const { return rows() * cols(); }
+  std::int64_t elements() const { return rows() * cols(); }  // of each side
+  std::int64_t ld() const { return projected_ld == 0 ? cols() : projected_ld; }
+  // The elements the projected matrix spans: (rows - 1)·ld + cols (= elements() when packed).
+  std::int64_t projected_span() const {
+    return rows() == 0 || cols() == 0 ? 0 : (rows() - 1) * ld() + cols();
+  }
 };
 
 inline constexpr std::int64_t kMaxProjections = 3;

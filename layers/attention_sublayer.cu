@@ -27,11 +27,14 @@ std::int64_t q_projections(AttentionKind kind) {
 }  // namespace
 
 AttentionIds record_attention_forward(PlanBuilder& plan, AttentionKind kind, const std::string& name,
-                                      TensorId x, TensorId kv_source, TensorId out) {
+                                      TensorId x, TensorId kv_source, TensorId out, bool external_kv) {
   SEQBENCH_REQUIRE(is_cross(kind) == (kv_source != kNoTensor),
                    "record_attention_forward: cross-attention needs the encoder output, self-attention none");
+  SEQBENCH_REQUIRE(!external_kv || is_cross(kind),
+                   "record_attention_forward: external K/V heads are for cross-attention only");
   AttentionIds id;
   id.kind = kind;
+  id.external_kv = external_kv;
   id.name = name;
   id.x = x;
   id.out = out;
@@ -56,7 +59,10 @@ AttentionIds record_attention_forward(PlanBuilder& plan, AttentionKind kind, con
   id.q_heads = plan.act(a + qs + "_heads", P * T * H);
   plan.op(a + qs + "_bias_split", {id.q_raw}, {id.q_heads});
   std::vector<TensorId> heads = {id.q_heads};
-  if (is_cross(kind)) {
+  if (external_kv) {
+    id.kv_heads = kv_source;  // the caller's [2, B, N, S, d]
+    heads.push_back(id.kv_heads);
+  } else if (is_cross(kind)) {
     id.kv_raw = plan.act(a + "kv_raw", T * 2 * H);
     plan.gemm_op(a + "kv_gemm", {kv_source}, {id.kv_raw});
     id.kv_heads = plan.act(a + "kv_heads", 2 * T * H);
@@ -121,7 +127,7 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& id, TensorId d_o
   // Self: dQ, dK, dV written in place per head into one [3, B, N, L, d]; cross: dQ alone, and
   // dK, dV into [2, B, N, S, d].
   id.d_q_heads = plan.act(a + "d_" + qs + "_heads", P * T * H);
-  if (cross) id.d_kv_heads = plan.act(a + "d_kv_heads", 2 * T * H);
+  if (cross) id.d_kv_heads = id.external_kv ? d_kv_source : plan.act(a + "d_kv_heads", 2 * T * H);
   id.d_probs = plan.act(a + "d_probs", plan.scores());
   const TensorId context_probs = attn_drop ? id.probs_dropped : id.probs;
   std::vector<TensorId> heads = {id.q_heads};
@@ -142,7 +148,7 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& id, TensorId d_o
   std::vector<TensorId> scores_writes = {id.d_q_heads};
   if (cross) scores_writes.push_back(id.d_kv_heads);
   plan.gemm_op(a + "scores_gemm_bwd", scores_reads, scores_writes);
-  if (cross) {
+  if (cross && !id.external_kv) {
     id.d_kv = plan.act(a + "d_kv", T * 2 * H);
     id.kv_ws = plan.bytes(a + "kv_bias_split_bwd_ws", plan.qkv_bias_split_bwd_ws(2));
     plan.op(a + "kv_bias_split_bwd", {id.d_kv_heads}, {id.d_kv, id.kv_ws});
@@ -241,7 +247,10 @@ void AttentionSublayer<T>::forward(LayerRun<T>& r, T* out, const T* x, const T* 
   const T* q = q_heads;
   const T* k = q_heads + s.rows * s.H;
   const T* v = q_heads + 2 * s.rows * s.H;
-  if (s.cross) {
+  if (s.cross && ids.external_kv) {
+    k = kv_source;  // the caller's K/V heads [2, B, N, S, d]
+    v = kv_source + s.kv_rows * s.H;
+  } else if (s.cross) {
     r.op(n + "kv_gemm");
     T* kv_raw = r.act(ids.kv_raw, s.kv_rows * 2 * s.H);
     r.gemm(linear_forward(kv_source, w.kv_weight, kv_raw, s.kv_rows, 2 * s.H, s.H));
@@ -336,10 +345,11 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
   T* dk = nullptr;
   T* dv = nullptr;
   if (s.cross) {
-    const T* kv_heads = r.act(ids.kv_heads, 2 * s.kv_rows * s.H);
+    // With external K/V the heads and their gradient are the caller's (kv_source, d_kv_source).
+    const T* kv_heads = ids.external_kv ? kv_source : r.act(ids.kv_heads, 2 * s.kv_rows * s.H);
     k = kv_heads;
     v = kv_heads + s.kv_rows * s.H;
-    d_kv_heads = r.act(ids.d_kv_heads, 2 * s.kv_rows * s.H);
+    d_kv_heads = ids.external_kv ? d_kv_source : r.act(ids.d_kv_heads, 2 * s.kv_rows * s.H);
     dk = d_kv_heads;
     dv = d_kv_heads + s.kv_rows * s.H;
   } else {
@@ -371,7 +381,7 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
       per_head(GemmOp::none, d_probs, s.Lq, s.Lk, GemmOp::none, k, s.Lk, s.d, d_q_heads, s.B * s.N, s.scale));
   r.gemm(
       per_head(GemmOp::transpose, d_probs, s.Lq, s.Lk, GemmOp::none, q, s.Lq, s.d, dk, s.B * s.N, s.scale));
-  if (s.cross) {
+  if (s.cross && !ids.external_kv) {
     r.op(n + "kv_bias_split_bwd");
     T* d_kv = r.act(ids.d_kv, s.kv_rows * 2 * s.H);
     {

@@ -19,6 +19,13 @@
 // sub-layer it also writes the gradient of the encoder output, d_kv_source = d_kv · W_kv, and
 // dW_kv, dbias_kv. Every parameter gradient is written (beta = 0, kernels overwrite).
 //
+// External K/V (cross only; DecoderLayerOptions::external_kv, LightSeq2 §IV-A's layer-batched K/V
+// of layers/cross_kv.h): the sub-layer is recorded and run WITHOUT kv_gemm, kv_bias_split and
+// their backward ops; the K/V heads [2, B, N, S, d] come from the caller (the `kv_source`
+// argument of forward/backward is then those heads, not the encoder output) and the backward
+// WRITES dK/dV into the caller's `d_kv_source`, [2, B, N, S, d] too; kv_weight/kv_bias and their
+// gradients are not used.
+//
 // Dropout: `first` is the probabilities' stream ([B·N·L, Lk] flat index), `hidden` the output's
 // ([T, H]); the backward redraws both.
 //
@@ -54,7 +61,8 @@ struct AttentionTensors {
 // The planned tensors of one attention sub-layer (kNoTensor where the config does not use them).
 struct AttentionIds {
   AttentionKind kind = AttentionKind::self;
-  std::string name;  // "attn.", "self.", "cross."
+  bool external_kv = false;  // cross only: K/V heads (and their gradient) are the caller's
+  std::string name;          // "attn.", "self.", "cross."
   TensorId x = kNoTensor, out = kNoTensor, kv_source = kNoTensor;
   TensorId ln_out = kNoTensor, ln_mean = kNoTensor, ln_rstd = kNoTensor;
   TensorId q_raw = kNoTensor, q_heads = kNoTensor, kv_raw = kNoTensor, kv_heads = kNoTensor;
@@ -68,11 +76,12 @@ struct AttentionIds {
 };
 
 // The dry run of the forward: x is the sub-layer's input, out its output (both declared by the
-// caller), kv_source the encoder output [B·S, H] (cross) or kNoTensor (self).
+// caller), kv_source the encoder output [B·S, H] (cross) or kNoTensor (self); with external_kv
+// (cross only) kv_source is instead the caller's K/V heads [2, B, N, S, d].
 AttentionIds record_attention_forward(PlanBuilder& plan, AttentionKind kind, const std::string& name,
-                                      TensorId x, TensorId kv_source, TensorId out);
+                                      TensorId x, TensorId kv_source, TensorId out, bool external_kv = false);
 // The dry run of the backward: d_out the gradient of out, d_x that of x (declared by the caller),
-// d_kv_source that of the encoder output (cross only).
+// d_kv_source that of the encoder output (cross only), or of the K/V heads with external_kv.
 void record_attention_backward(PlanBuilder& plan, AttentionIds& ids, TensorId d_out, TensorId d_x,
                                TensorId d_kv_source);
 
@@ -97,11 +106,13 @@ struct AttentionSublayer {
   AttentionDims dims;
   SublayerDropout dropout;
 
-  // out = sublayer(x, kv_source); kv_source [B·kv_len, H] (cross) or null (self).
+  // out = sublayer(x, kv_source); kv_source [B·kv_len, H] (cross), the K/V heads
+  // [2, B, N, kv_len, d] (cross with ids.external_kv) or null (self).
   void forward(LayerRun<T>& run, T* out, const T* x, const T* kv_source,
                const kernels::SoftmaxMask& mask) const;
-  // d_x (and d_kv_source for cross) and every parameter gradient from d_out, for the forward on
-  // the same x and kv_source.
+  // d_x (and d_kv_source for cross: [B·kv_len, H], or dK/dV [2, B, N, kv_len, d] with
+  // ids.external_kv) and every parameter gradient from d_out, for the forward on the same x and
+  // kv_source (with external_kv, kv_source is the K/V heads, which it does not read).
   void backward(LayerRun<T>& run, T* d_x, T* d_kv_source, const T* d_out, const T* x,
                 const T* kv_source) const;
 };

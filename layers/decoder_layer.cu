@@ -31,14 +31,16 @@ DecoderIds record_decoder_layer(PlanBuilder& plan, const DecoderLayerOptions& o)
   id.y = plan.external("y");
   id.dy = plan.external("dy");
   id.dx = plan.external("dx");
-  id.enc = plan.external("encoder_out");
-  id.d_enc = plan.external("d_encoder_out");
+  // The cross-attention's K/V source and its gradient: the encoder output, or (external_kv) the
+  // caller's K/V heads [2, B, N, S, d].
+  id.enc = plan.external(o.external_kv ? "kv_heads" : "encoder_out");
+  id.d_enc = plan.external(o.external_kv ? "d_kv_heads" : "d_encoder_out");
   if (o.gemm == nullptr) plan.plan_gemm_workspace(o.gemm_workspace_bytes);
   id.self_out = plan.act("self_out", TH);
   id.self = record_attention_forward(plan, AttentionKind::self, "self.", id.x, kNoTensor, id.self_out);
   id.cross_out = plan.act("cross_out", TH);
-  id.cross =
-      record_attention_forward(plan, AttentionKind::cross, "cross.", id.self_out, id.enc, id.cross_out);
+  id.cross = record_attention_forward(plan, AttentionKind::cross, "cross.", id.self_out, id.enc, id.cross_out,
+                                      o.external_kv);
   id.ffn = record_ffn_forward(plan, "ffn.", id.cross_out, id.y);
   id.forward_steps = plan.steps();
   id.d_cross_out = plan.act("d_cross_out", TH);
@@ -168,8 +170,21 @@ DecoderLayer::DecoderLayer(const LayerConfig& config, const DecoderLayerWeights&
                            DecoderLayerOptions options)
     : config_(config), options_(std::move(options)), weights_(weights), grads_(grads) {
   config_.validate();
-  const std::string missing =
-      null_parameters(weights_, grads_, [](auto& t, auto&& fn) { for_each_decoder_tensor(t, fn); });
+  const bool ext = options_.external_kv;
+  SEQBENCH_REQUIRE(
+      !ext || (weights_.cross_kv_weight == nullptr && weights_.cross_kv_bias == nullptr &&
+               grads_.cross_kv_weight == nullptr && grads_.cross_kv_bias == nullptr),
+      "DecoderLayer: options.external_kv: weights and grads cross_kv_weight and cross_kv_bias must "
+      "be null (the K/V projection is the caller's, e.g. CrossAttentionKV)");
+  // With external K/V the four cross_kv pointers are null by the check above; every other
+  // parameter and gradient must be given.
+  const std::string missing = null_parameters(weights_, grads_, [ext](auto& t, auto&& fn) {
+    for_each_decoder_tensor(t, [&](const char* name, auto& ptr) {
+      const std::string n(name);
+      if (ext && (n == "cross_kv_weight" || n == "cross_kv_bias")) return;
+      fn(name, ptr);
+    });
+  });
   SEQBENCH_REQUIRE(missing.empty(), "DecoderLayer: null parameter pointer(s): " << missing);
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "DecoderLayer: options.prefix is empty (the planned tensors' names)");
@@ -201,61 +216,111 @@ void DecoderLayer::forward(void* y, const void* x, const void* encoder_out, std:
                            const std::int32_t* source_lengths, std::uint64_t seed, std::uint64_t base_offset,
                            cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("decoder_layer_fwd");
+  SEQBENCH_REQUIRE(!options_.external_kv,
+                   "DecoderLayer::forward: the layer takes external K/V heads (options.external_kv): call "
+                   "forward_kv");
+  run_forward("forward", y, x, encoder_out, batch_size, target_len, source_len, target_lengths,
+              source_lengths, seed, base_offset, stream);
+}
+
+void DecoderLayer::forward_kv(void* y, const void* x, const void* kv_heads, std::size_t batch_size,
+                              std::size_t target_len, std::size_t source_len,
+                              const std::int32_t* target_lengths, const std::int32_t* source_lengths,
+                              std::uint64_t seed, std::uint64_t base_offset, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("decoder_layer_fwd");
+  SEQBENCH_REQUIRE(
+      options_.external_kv,
+      "DecoderLayer::forward_kv: the layer projects the encoder output itself (options.external_kv "
+      "is false): call forward");
+  run_forward("forward_kv", y, x, kv_heads, batch_size, target_len, source_len, target_lengths,
+              source_lengths, seed, base_offset, stream);
+}
+
+void DecoderLayer::run_forward(const char* where, void* y, const void* x, const void* kv_source,
+                               std::size_t batch_size, std::size_t target_len, std::size_t source_len,
+                               const std::int32_t* target_lengths, const std::int32_t* source_lengths,
+                               std::uint64_t seed, std::uint64_t base_offset, cudaStream_t stream) {
+  // kv_source: the encoder output [B·S, H], or (external_kv) the K/V heads [2, B, N, S, d].
+  const bool ext = options_.external_kv;
+  const char* kv_name = ext ? "kv_heads" : "encoder_out";
   config_.check_batch(batch_size, target_len);
   config_.check_batch(batch_size, source_len);
-  SEQBENCH_REQUIRE(x != nullptr, "DecoderLayer::forward: x is null");
-  SEQBENCH_REQUIRE(encoder_out != nullptr, "DecoderLayer::forward: encoder_out is null");
-  SEQBENCH_REQUIRE(y != nullptr, "DecoderLayer::forward: y is null");
+  SEQBENCH_REQUIRE(x != nullptr, "DecoderLayer::" << where << ": x is null");
+  SEQBENCH_REQUIRE(kv_source != nullptr, "DecoderLayer::" << where << ": " << kv_name << " is null");
+  SEQBENCH_REQUIRE(y != nullptr, "DecoderLayer::" << where << ": y is null");
   Impl& m = *impl_;
   m.have_forward = false;
   m.batch = batch_size;
   m.len = target_len;
   m.src_len = source_len;
-  const std::size_t tb = m.bytes(config_, target_len), sb = m.bytes(config_, source_len);
-  SEQBENCH_REQUIRE(!bytes_overlap(y, tb, x, tb) && !bytes_overlap(y, tb, encoder_out, sb),
-                   "DecoderLayer::forward: y overlaps x or encoder_out; backward needs both unchanged");
-  m.planned->require_outside_block("forward", "x", x, tb);
-  m.planned->require_outside_block("forward", "y", y, tb);
-  m.planned->require_outside_block("forward", "encoder_out", encoder_out, sb);
+  const std::size_t tb = m.bytes(config_, target_len), sb = (ext ? 2 : 1) * m.bytes(config_, source_len);
+  SEQBENCH_REQUIRE(
+      !bytes_overlap(y, tb, x, tb) && !bytes_overlap(y, tb, kv_source, sb),
+      "DecoderLayer::" << where << ": y overlaps x or " << kv_name << "; backward needs both unchanged");
+  m.planned->require_outside_block(where, "x", x, tb);
+  m.planned->require_outside_block(where, "y", y, tb);
+  m.planned->require_outside_block(where, kv_name, kv_source, sb);
   SEQBENCH_REQUIRE(base_offset <= UINT64_MAX - kDecoderLayerDropoutOffsets,
-                   "DecoderLayer::forward: base_offset " << base_offset << " leaves no room for the "
-                                                         << kDecoderLayerDropoutOffsets
-                                                         << " dropout streams");
+                   "DecoderLayer::" << where << ": base_offset " << base_offset << " leaves no room for the "
+                                    << kDecoderLayerDropoutOffsets << " dropout streams");
   m.seed = seed;
   m.base = base_offset;
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     m.forward<T>(config_, options_.prefix, static_cast<T*>(y), static_cast<const T*>(x),
-                 static_cast<const T*>(encoder_out), target_lengths, source_lengths, stream);
+                 static_cast<const T*>(kv_source), target_lengths, source_lengths, stream);
   });
   m.planned->memory().set_step(-1);
   m.have_forward = true;
   m.x = x;
-  m.enc = encoder_out;
+  m.enc = kv_source;
 }
 
 void DecoderLayer::backward(void* dx, void* d_encoder_out, const void* dy, const void* x,
                             const void* encoder_out, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("decoder_layer_bwd");
+  SEQBENCH_REQUIRE(!options_.external_kv,
+                   "DecoderLayer::backward: the layer takes external K/V heads (options.external_kv): call "
+                   "backward_kv");
+  run_backward("backward", dx, d_encoder_out, dy, x, encoder_out, stream);
+}
+
+void DecoderLayer::backward_kv(void* dx, void* d_kv_heads, const void* dy, const void* x,
+                               const void* kv_heads, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("decoder_layer_bwd");
+  SEQBENCH_REQUIRE(options_.external_kv,
+                   "DecoderLayer::backward_kv: the layer projects the encoder output itself "
+                   "(options.external_kv is false): call backward");
+  run_backward("backward_kv", dx, d_kv_heads, dy, x, kv_heads, stream);
+}
+
+void DecoderLayer::run_backward(const char* where, void* dx, void* d_kv_source, const void* dy, const void* x,
+                                const void* kv_source, cudaStream_t stream) {
+  const bool ext = options_.external_kv;
+  const char* kv_name = ext ? "kv_heads" : "encoder_out";
+  const char* d_kv_name = ext ? "d_kv_heads" : "d_encoder_out";
   Impl& m = *impl_;
-  SEQBENCH_REQUIRE(m.have_forward,
-                   "DecoderLayer::backward: no forward() to differentiate (call forward first)");
-  SEQBENCH_REQUIRE(dx != nullptr && dy != nullptr && d_encoder_out != nullptr,
-                   "DecoderLayer::backward: dx, dy or d_encoder_out is null");
-  SEQBENCH_REQUIRE(x == m.x && encoder_out == m.enc,
-                   "DecoderLayer::backward: x or encoder_out is not the last forward's (got "
-                       << x << ", " << encoder_out << "; the forward ran on " << m.x << ", " << m.enc << ")");
-  const std::size_t tb = m.bytes(config_, m.len), sb = m.bytes(config_, m.src_len);
-  SEQBENCH_REQUIRE(!bytes_overlap(d_encoder_out, sb, dx, tb) && !bytes_overlap(d_encoder_out, sb, dy, tb) &&
-                       !bytes_overlap(d_encoder_out, sb, x, tb) &&
-                       !bytes_overlap(d_encoder_out, sb, encoder_out, sb),
-                   "DecoderLayer::backward: d_encoder_out overlaps dx, dy, x or encoder_out");
-  m.planned->require_outside_block("backward", "dx", dx, tb);
-  m.planned->require_outside_block("backward", "dy", dy, tb);
-  m.planned->require_outside_block("backward", "d_encoder_out", d_encoder_out, sb);
+  SEQBENCH_REQUIRE(m.have_forward, "DecoderLayer::" << where << ": no "
+                                                    << (ext ? "forward_kv()" : "forward()")
+                                                    << " to differentiate (call "
+                                                    << (ext ? "forward_kv" : "forward") << " first)");
+  SEQBENCH_REQUIRE(dx != nullptr && dy != nullptr && d_kv_source != nullptr,
+                   "DecoderLayer::" << where << ": dx, dy or " << d_kv_name << " is null");
+  SEQBENCH_REQUIRE(x == m.x && kv_source == m.enc,
+                   "DecoderLayer::" << where << ": x or " << kv_name << " is not the last forward's (got "
+                                    << x << ", " << kv_source << "; the forward ran on " << m.x << ", "
+                                    << m.enc << ")");
+  const std::size_t tb = m.bytes(config_, m.len), sb = (ext ? 2 : 1) * m.bytes(config_, m.src_len);
+  SEQBENCH_REQUIRE(!bytes_overlap(d_kv_source, sb, dx, tb) && !bytes_overlap(d_kv_source, sb, dy, tb) &&
+                       !bytes_overlap(d_kv_source, sb, x, tb) &&
+                       !bytes_overlap(d_kv_source, sb, kv_source, sb),
+                   "DecoderLayer::" << where << ": " << d_kv_name << " overlaps dx, dy, x or " << kv_name);
+  m.planned->require_outside_block(where, "dx", dx, tb);
+  m.planned->require_outside_block(where, "dy", dy, tb);
+  m.planned->require_outside_block(where, d_kv_name, d_kv_source, sb);
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
-    m.backward<T>(config_, options_.prefix, static_cast<T*>(dx), static_cast<T*>(d_encoder_out),
+    m.backward<T>(config_, options_.prefix, static_cast<T*>(dx), static_cast<T*>(d_kv_source),
                   static_cast<const T*>(dy), stream);
   });
   m.planned->memory().set_step(-1);

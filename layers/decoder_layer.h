@@ -32,6 +32,16 @@
 // backward() WRITES every parameter gradient, dx, and this layer's d_encoder_out [B·S, H] (not
 // accumulated: a stack sums d_encoder_out over its layers).
 //
+// External K/V (options.external_kv; LightSeq2 §IV-A's layer-batched cross-attention K/V, see
+// layers/cross_kv.h): the layer does NOT project the encoder output. forward_kv() takes the
+// cross-attention K/V heads [2, B, N, S, d] (K block first, the projection bias already added)
+// from the caller, backward_kv() WRITES their gradient dK/dV into the caller's [2, B, N, S, d]
+// and forms neither d_encoder_out nor the K/V weight and bias gradients: cross_kv_weight/bias
+// must then be null in weights and grads (they live in CrossAttentionKV), forward()/backward()
+// are refused, and the dry run has no cross.kv_raw, kv_heads, d_kv_heads, d_kv, kv ops or
+// workspace (externals "kv_heads", "d_kv_heads" instead of "encoder_out", "d_encoder_out").
+// The default (external_kv = false) is unchanged.
+//
 // Memory: the layer's own dry run (decoder_layer_lifetimes) at the config's maxima, planned in one
 // block allocated once at construction; forward() and backward() allocate nothing; every op
 // announces its step (checking mode). Externals: "x", "y", "dy", "dx", "encoder_out",
@@ -115,6 +125,8 @@ struct DecoderLayerOptions {
   // gemm_workspace_bytes planned in its block.
   Gemm* gemm = nullptr;
   std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes;
+  // The cross-attention K/V heads come from the caller (forward_kv/backward_kv; see the header).
+  bool external_kv = false;
 };
 
 // The layer's dry run: its ops in execution order (forward, then backward) and every temporary's
@@ -147,12 +159,32 @@ class DecoderLayer {
   void backward(void* dx, void* d_encoder_out, const void* dy, const void* x, const void* encoder_out,
                 cudaStream_t stream);
 
+  // External K/V mode (options.external_kv): y = layer(x, K/V heads). kv_heads: [2,
+  // batch_size, N, source_len, d] of config.dtype (K then V, bias included), e.g.
+  // CrossAttentionKV::kv_heads(i); it must stay unchanged until backward_kv. Same other
+  // arguments and checks as forward(); kv_heads must not overlap y or the layer's block.
+  void forward_kv(void* y, const void* x, const void* kv_heads, std::size_t batch_size,
+                  std::size_t target_len, std::size_t source_len, const std::int32_t* target_lengths,
+                  const std::int32_t* source_lengths, std::uint64_t seed, std::uint64_t base_offset,
+                  cudaStream_t stream);
+  // External K/V mode: dx, every parameter gradient but the K/V projection's, and d_kv_heads
+  // [2, B, N, S, d] (written: dK then dV) from dy, for the last forward_kv (same x and kv_heads).
+  // d_kv_heads overlaps none of dx, dy, x, kv_heads or the layer's block. dx may alias dy.
+  void backward_kv(void* dx, void* d_kv_heads, const void* dy, const void* x, const void* kv_heads,
+                   cudaStream_t stream);
+
   const LayerConfig& config() const { return config_; }
   const MemoryManager& memory() const;
   std::size_t block_bytes() const;
 
  private:
   struct Impl;
+  void run_forward(const char* where, void* y, const void* x, const void* kv_source, std::size_t batch_size,
+                   std::size_t target_len, std::size_t source_len, const std::int32_t* target_lengths,
+                   const std::int32_t* source_lengths, std::uint64_t seed, std::uint64_t base_offset,
+                   cudaStream_t stream);
+  void run_backward(const char* where, void* dx, void* d_kv_source, const void* dy, const void* x,
+                    const void* kv_source, cudaStream_t stream);
 
   LayerConfig config_;
   DecoderLayerOptions options_;

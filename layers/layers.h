@@ -1,13 +1,18 @@
-// layers/: the public header of the folder. Transformer layers (EmbeddingLayer, EncoderLayer, DecoderLayer,
-// CriterionLayer, the encoder's and decoder's shared sub-layers) and what they are built on here: the layer
-// configuration and model presets, the device-allocation interface that counts every allocation, the
-// dangling-tensor memory planner and manager (LightSeq2 §IV-D), and the dry runs that describe each layer's
+// layers/: the public header of the folder. The Transformer layers (EmbeddingLayer, EncoderLayer,
+// DecoderLayer, CriterionLayer, the encoder's and decoder's shared sub-layers, the layer-batched
+// cross-attention K/V of a decoder stack, the eager-like BaselineEncoderLayer and its caching
+// allocator) and what they are built on: the cuBLASLt GEMM, the layer configuration and model
+// presets, the device-allocation interface that counts every allocation, the dangling-tensor
+// memory planner and manager (LightSeq2 §IV-D), and the dry runs that describe each layer's
 // temporaries to the planner.
 #pragma once
 
 #include "layers/attention_sublayer.h"
+#include "layers/baseline_encoder_layer.h"
+#include "layers/caching_allocator.h"
 #include "layers/config.h"
 #include "layers/criterion_layer.h"
+#include "layers/cross_kv.h"
 #include "layers/decoder_layer.h"
 #include "layers/device_allocator.h"
 #include "layers/embedding_layer.h"

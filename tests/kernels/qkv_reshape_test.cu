@@ -141,6 +141,85 @@ TEST(QkvReshapeGpu, VectorAndScalarPathsAgreeBitwise) {
   expect_paths_agree<__nv_bfloat16>(shape(8, 64, 16, 1024, 3));
 }
 
+// A strided projected side (projected_ld: one layer's column block [c0, c0 + P·H) of a wider
+// [rows, ld] matrix, layers/cross_kv.h's use) gives the same bits as the packed block: the split
+// (with bias) and split_heads read only the block; the backward and the merge write only the block
+// (the other columns keep their poison) and the bias gradient is the packed one's.
+template <class T>
+void expect_strided_matches_packed(HeadsShape s, std::int64_t ld, std::int64_t c0) {
+  SCOPED_TRACE("rows " + std::to_string(s.rows()) + " cols " + std::to_string(s.cols()) + " ld " +
+               std::to_string(ld) + " c0 " + std::to_string(c0));
+  const auto rows = static_cast<std::size_t>(s.rows()), cols = static_cast<std::size_t>(s.cols());
+  const auto n = rows * cols, wide_n = rows * static_cast<std::size_t>(ld),
+             off = static_cast<std::size_t>(c0);
+  const std::vector<T> wide = random_values<T>(wide_n, 11, -2.0f, 2.0f),
+                       bias = random_values<T>(cols, 12, -1.0f, 1.0f);
+  const std::vector<T> dh = random_values<T>(n, 13, -1.0f, 1.0f);
+  std::vector<T> block(n);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c)
+      block[r * cols + c] = wide[r * static_cast<std::size_t>(ld) + off + c];
+  const std::size_t ws_bytes = kernels::qkv_bias_split_bwd_workspace_bytes(s);
+  DeviceBuffer<T> wide_d(wide), block_d(block), bias_d(bias), dh_d(dh);
+  DeviceBuffer<T> y_packed(n), y_strided(n), h_packed(n), h_strided(n), dp_packed(n), db_packed(cols),
+      db_strided(cols);
+  DeviceBuffer<T> dp_strided(wide_n), m_strided(wide_n), m_packed(n);
+  dp_strided.fill_bytes(0xFF);
+  m_strided.fill_bytes(0xFF);
+  DeviceBuffer<unsigned char> ws(ws_bytes);
+  HeadsShape strided = s;
+  strided.projected_ld = ld;
+  kernels::launch_qkv_bias_split_fwd<T>(y_packed.data(), block_d.data(), bias_d.data(), s, nullptr);
+  kernels::launch_qkv_bias_split_fwd<T>(y_strided.data(), wide_d.data() + off, bias_d.data(), strided,
+                                        nullptr);
+  kernels::launch_split_heads<T>(h_packed.data(), block_d.data(), s, nullptr);
+  kernels::launch_split_heads<T>(h_strided.data(), wide_d.data() + off, strided, nullptr);
+  kernels::launch_qkv_bias_split_bwd<T>(dp_packed.data(), db_packed.data(), dh_d.data(), s, ws.data(),
+                                        ws_bytes, nullptr);
+  kernels::launch_qkv_bias_split_bwd<T>(dp_strided.data() + off, db_strided.data(), dh_d.data(), strided,
+                                        ws.data(), ws_bytes, nullptr);
+  kernels::launch_merge_heads<T>(m_packed.data(), dh_d.data(), s, nullptr);
+  kernels::launch_merge_heads<T>(m_strided.data() + off, dh_d.data(), strided, nullptr);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bits(y_strided.copy_to_host(), y_packed.copy_to_host())) << "split fwd";
+  EXPECT_TRUE(same_bits(h_strided.copy_to_host(), h_packed.copy_to_host())) << "split_heads";
+  EXPECT_TRUE(same_bits(db_strided.copy_to_host(), db_packed.copy_to_host())) << "dbias";
+  const std::vector<T> dpp = dp_packed.copy_to_host(), dps = dp_strided.copy_to_host();
+  const std::vector<T> mp = m_packed.copy_to_host(), ms = m_strided.copy_to_host();
+  std::uint16_t poison16 = 0xFFFF;
+  std::uint32_t poison32 = 0xFFFFFFFFu;
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < static_cast<std::size_t>(ld); ++c) {
+      const std::size_t i = r * static_cast<std::size_t>(ld) + c;
+      const bool inside = c >= off && c < off + cols;
+      for (const std::vector<T>* got : {&dps, &ms}) {
+        const T want = inside ? (got == &dps ? dpp : mp)[r * cols + (c - off)] : T{};
+        if (inside) {
+          ASSERT_EQ(std::memcmp(&(*got)[i], &want, sizeof(T)), 0) << "row " << r << " col " << c;
+        } else {
+          ASSERT_EQ(std::memcmp(&(*got)[i], sizeof(T) == 2 ? static_cast<const void*>(&poison16) : &poison32,
+                                sizeof(T)),
+                    0)
+              << "gap column " << c << " of row " << r << " was written";
+        }
+      }
+    }
+  }
+}
+
+TEST(QkvReshapeGpu, StridedProjectedSideMatchesThePackedBlock) {
+  SEQBENCH_REQUIRE_GPU();
+  // Vector path (d % K == 0, ld % K == 0, aligned block start) and scalar ones (odd d, odd ld,
+  // a block start off the vector grid), 1 to 3 "layers" of 2H columns.
+  expect_strided_matches_packed<float>(shape(2, 9, 4, 64, 2), 3 * 128, 128);
+  expect_strided_matches_packed<float>(shape(3, 5, 3, 21, 2), 2 * 42 + 1, 43);
+  expect_strided_matches_packed<__half>(shape(4, 33, 8, 512, 2), 2 * 1024, 1024);
+  expect_strided_matches_packed<__half>(shape(1, 7, 3, 12, 2), 3 * 24, 48);
+  expect_strided_matches_packed<__half>(shape(2, 3, 1, 4, 2), 8, 0);  // ld = P·H spelled out
+  expect_strided_matches_packed<__nv_bfloat16>(shape(5, 13, 5, 40, 2), 4 * 80, 160);
+  expect_strided_matches_packed<__nv_bfloat16>(shape(2, 11, 2, 6, 3), 19, 1);
+}
+
 TEST(QkvReshapeGpu, ZeroRowsGiveAZeroBiasGradient) {
   SEQBENCH_REQUIRE_GPU();
   for (const std::int64_t hidden : {1, 1000, 4097}) {

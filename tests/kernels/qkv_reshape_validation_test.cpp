@@ -71,6 +71,74 @@ TEST(HeadsShape, RejectsBadShapes) {
   EXPECT_NO_THROW(require_heads_shape(shape(0, 0, 1, 0, 1), "op"));
 }
 
+// The projected side's row stride (projected_ld): 0 is packed; otherwise at least P·H, within
+// the 32-bit column limit, with rows·ld <= 2^62; the span counts the gaps between rows.
+TEST(HeadsShape, ProjectedLeadingDimension) {
+  HeadsShape s = shape(3, 5, 8, 512, 2);
+  EXPECT_EQ(s.ld(), 1024);
+  EXPECT_EQ(s.projected_span(), s.elements());
+  s.projected_ld = 3 * 1024;  // layer 1 of a 3-layer [rows, 3·2H] K/V projection
+  EXPECT_EQ(s.ld(), 3072);
+  EXPECT_EQ(s.projected_span(), 14 * 3072 + 1024);
+  EXPECT_EQ(s.elements(), 15 * 1024);  // the heads side stays packed
+  EXPECT_NO_THROW(require_heads_shape(s, "op"));
+  s.projected_ld = 1024;  // = P·H: packed, spelled out
+  EXPECT_NO_THROW(require_heads_shape(s, "op"));
+  s.projected_ld = 1023;
+  expect_error([&] { require_heads_shape(s, "op"); },
+               "op: projected_ld 1023 is below the row length P·H = 1024 (0 means packed)");
+  s.projected_ld = -1;
+  expect_error([&] { require_heads_shape(s, "op"); }, "op: projected_ld -1 is below the row length");
+  s.projected_ld = std::int64_t{1} << 31;
+  expect_error([&] { require_heads_shape(s, "op"); }, "op: cols 2147483648 > 2147483647");
+  HeadsShape big = shape(std::int64_t{1} << 20, std::int64_t{1} << 20, 1, 8, 1);
+  big.projected_ld = std::int64_t{1} << 30;
+  expect_error([&] { require_heads_shape(big, "op"); }, "exceeds 2^62 elements");
+  EXPECT_EQ(shape(0, 5, 8, 512, 2).projected_span(), 0);
+  HeadsShape empty_cols = shape(4, 5, 8, 0, 2);
+  empty_cols.projected_ld = 16;
+  EXPECT_EQ(empty_cols.projected_span(), 0);
+  // The workspace depends on rows and P·H only, not on the stride.
+  HeadsShape strided = shape(7, 9, 3, 1023, 2);
+  strided.projected_ld = 5 * 2046;
+  EXPECT_EQ(qkv_bias_split_bwd_workspace_bytes(strided),
+            qkv_bias_split_bwd_workspace_bytes(shape(7, 9, 3, 1023, 2)));
+}
+
+// With a stride, the overlap checks cover the projected side's whole span (gaps included), and
+// every launcher refuses a bad stride before any CUDA call.
+TEST(QkvReshapeLaunchers, StridedProjectedSide) {
+  HeadsShape s = shape(2, 3, 2, 8, 2);  // rows 6, cols 16
+  s.projected_ld = 48;                  // span 5·48 + 16 = 256 elements
+  float* base = fake<float>(1);
+  const float* bias = fake<float>(4);
+  void* ws = fake<void>(5);
+  const std::size_t need = qkv_bias_split_bwd_workspace_bytes(s);
+  // heads_out right after the span: fine (nothing launches past validation without a GPU, so
+  // only the refusals are checked here); one element earlier: overlap.
+  expect_error([&] { launch_qkv_bias_split_fwd<float>(base + 255, base, bias, s, nullptr); },
+               "qkv_bias_split_fwd: output heads_out overlaps input projected");
+  expect_error([&] { launch_split_heads<float>(base + 255, base, s, nullptr); },
+               "split_heads: output heads_out overlaps input projected");
+  expect_error([&] { launch_merge_heads<float>(base, base + 255, s, nullptr); },
+               "merge_heads: output projected overlaps input heads_in");
+  expect_error(
+      [&] { launch_qkv_bias_split_bwd<float>(base, fake<float>(2), base + 255, s, ws, need, nullptr); },
+      "qkv_bias_split_bwd: output d_projected overlaps input d_heads");
+  expect_error(
+      [&] { launch_qkv_bias_split_bwd<float>(base, base + 200, fake<float>(3), s, ws, need, nullptr); },
+      "qkv_bias_split_bwd: output dbias overlaps input d_projected");
+  s.projected_ld = 15;
+  const std::string msg = "projected_ld 15 is below the row length P·H = 16";
+  expect_error([&] { launch_qkv_bias_split_fwd<float>(base + 1000, base, bias, s, nullptr); },
+               "qkv_bias_split_fwd: " + msg);
+  expect_error(
+      [&] { launch_qkv_bias_split_bwd<float>(base, fake<float>(2), base + 1000, s, ws, 1 << 20, nullptr); },
+      "qkv_bias_split_bwd: " + msg);
+  expect_error([&] { launch_merge_heads<float>(base, base + 1000, s, nullptr); }, "merge_heads: " + msg);
+  expect_error([&] { launch_split_heads<float>(base + 1000, base, s, nullptr); }, "split_heads: " + msg);
+}
+
 TEST(QkvBiasSplit, WorkspaceIsTheColumnPartials) {
   for (const auto& s : {shape(64, 64, 8, 512, 3), shape(7, 9, 3, 1023, 2), shape(1, 1, 1, 1, 1),
                         shape(0, 5, 8, 512, 3), shape(5, 5, 8, 0, 3)}) {
