@@ -56,7 +56,7 @@ if ! want sanitize; then
   step compute-sanitizer skipped
 elif command -v compute-sanitizer >/dev/null 2>&1; then
   san_status=ok
-  for bin in "$build"/tests/*/*gpu_test "$build"/tests/kernels/*_test; do
+  for bin in "$build"/tests/*/*gpu_test "$build"/tests/kernels/*_test "$build"/tests/layers/*_test; do
     [ -x "$bin" ] || continue
     for tool in memcheck racecheck; do
       if ! compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" >>"$out/sanitizer.log" 2>&1; then
