@@ -25,6 +25,31 @@ void validate_transformer_layer_config(const TransformerLayerConfig& config, Ind
 namespace {
 
 // ---------------------------------------------------------------------------------------------
+// The residual wrapper both sub-layers share: pre-LN out = x + s(LN(x)), post-LN out = LN(x + s(x)).
+// Its backward in two halves around the sub-layer's own backward.
+
+// The gradient at the residual sum x + s (post-LN: through the LayerNorm, whose parameter
+// gradients go to dnorm; pre-LN: dout itself).
+Matrix residual_sum_grad(const Matrix& dout, const LayerNormParams& norm, const Matrix& norm_input,
+                         const LayerNormForward& norm_fwd, bool pre_layer_norm, LayerNormParams& dnorm) {
+  if (pre_layer_norm) return dout;
+  const LayerNormGrads ln = layernorm_backward(dout, norm_input, norm.gamma, norm_fwd.mean, norm_fwd.rstd);
+  dnorm = {ln.dgamma, ln.dbeta};
+  return ln.dx;
+}
+
+// dx: the residual path's d_sum plus the sub-layer input's gradient d_input (pre-LN: through the
+// LayerNorm of x, whose parameter gradients go to dnorm).
+Matrix wrapper_input_grad(const Matrix& d_sum, const Matrix& d_input, const Matrix& x,
+                          const LayerNormParams& norm, const LayerNormForward& norm_fwd, bool pre_layer_norm,
+                          LayerNormParams& dnorm) {
+  if (!pre_layer_norm) return d_sum + d_input;
+  const LayerNormGrads ln = layernorm_backward(d_input, x, norm.gamma, norm_fwd.mean, norm_fwd.rstd);
+  dnorm = {ln.dgamma, ln.dbeta};
+  return d_sum + ln.dx;
+}
+
+// ---------------------------------------------------------------------------------------------
 // One attention sub-layer: pre-LN  out = x + dropout_h(mha(LN(x), kv))
 //                          post-LN out = LN(x + dropout_h(mha(x, kv)))
 // kv is the normalized (pre-LN) or raw (post-LN) x itself for self-attention, the encoder output
@@ -83,15 +108,8 @@ AttentionBlockGrads attention_block_backward(const Matrix& dout, const Matrix& x
   AttentionBlockGrads g;
   const MhaConfig mha = mha_config(config, mask);
   const Matrix& kv = encoder_out != nullptr ? *encoder_out : f.query;
-  Matrix d_sublayer;  // gradient at the residual sum (post) or at the block output (pre)
-  if (config.pre_layer_norm) {
-    d_sublayer = dout;
-  } else {
-    const LayerNormGrads ln =
-        layernorm_backward(dout, f.residual, params.norm.gamma, f.norm.mean, f.norm.rstd);
-    g.dparams.norm = {ln.dgamma, ln.dbeta};
-    d_sublayer = ln.dx;
-  }
+  const Matrix d_sublayer =
+      residual_sum_grad(dout, params.norm, f.residual, f.norm, config.pre_layer_norm, g.dparams.norm);
   const Matrix d_attn_out = dropout_backward(d_sublayer, masks.hidden, config.hidden_dropout);
   MhaGrads m = mha_backward(d_attn_out, f.query, kv, params.attention, shape, mha, f.mha, &masks.probs);
   g.dparams.attention = std::move(m.d_params);
@@ -101,13 +119,8 @@ AttentionBlockGrads attention_block_backward(const Matrix& dout, const Matrix& x
   } else {
     d_query += m.d_key_value;  // self-attention: the query and key/value paths share their input
   }
-  if (config.pre_layer_norm) {
-    const LayerNormGrads ln = layernorm_backward(d_query, x, params.norm.gamma, f.norm.mean, f.norm.rstd);
-    g.dparams.norm = {ln.dgamma, ln.dbeta};
-    g.dx = d_sublayer + ln.dx;
-  } else {
-    g.dx = d_sublayer + d_query;
-  }
+  g.dx =
+      wrapper_input_grad(d_sublayer, d_query, x, params.norm, f.norm, config.pre_layer_norm, g.dparams.norm);
   return g;
 }
 
@@ -157,15 +170,8 @@ struct FfnGrads {
 FfnGrads ffn_backward(const Matrix& dout, const Matrix& x, const FfnParams& params,
                       const TransformerLayerConfig& config, const FfnMasks& masks, const FfnForward& f) {
   FfnGrads g;
-  Matrix d_sublayer;
-  if (config.pre_layer_norm) {
-    d_sublayer = dout;
-  } else {
-    const LayerNormGrads ln =
-        layernorm_backward(dout, f.residual, params.norm.gamma, f.norm.mean, f.norm.rstd);
-    g.dparams.norm = {ln.dgamma, ln.dbeta};
-    d_sublayer = ln.dx;
-  }
+  const Matrix d_sublayer =
+      residual_sum_grad(dout, params.norm, f.residual, f.norm, config.pre_layer_norm, g.dparams.norm);
   const Matrix d_o = dropout_backward(d_sublayer, masks.hidden, config.hidden_dropout);
   LinearGrads fc2 = linear_backward(d_o, f.a, params.fc2);
   g.dparams.fc2 = std::move(fc2.dlayer);
@@ -174,13 +180,8 @@ FfnGrads ffn_backward(const Matrix& dout, const Matrix& x, const FfnParams& para
   g.dparams.fc1.weight = act.dx.transpose() * f.input;
   g.dparams.fc1.bias = act.dbias;
   const Matrix d_input = act.dx * params.fc1.weight;
-  if (config.pre_layer_norm) {
-    const LayerNormGrads ln = layernorm_backward(d_input, x, params.norm.gamma, f.norm.mean, f.norm.rstd);
-    g.dparams.norm = {ln.dgamma, ln.dbeta};
-    g.dx = d_sublayer + ln.dx;
-  } else {
-    g.dx = d_sublayer + d_input;
-  }
+  g.dx =
+      wrapper_input_grad(d_sublayer, d_input, x, params.norm, f.norm, config.pre_layer_norm, g.dparams.norm);
   return g;
 }
 
