@@ -35,6 +35,10 @@ struct PreparedExperiment {
   // Optional, for `seqbench dump` (suites/dump.h): host copies of the inputs and of the outputs
   // that ExperimentSpec::dump_variant wrote; called after that variant ran once.
   std::function<std::vector<DumpArray>()> dump;
+  // Optional: what the experiment decided while it ran (e.g. the configuration the softmax tuner
+  // chose, with every candidate's time), called once after its last variant ran; the report
+  // records it as the experiment's `notes` object.
+  std::function<nlohmann::json()> notes;
 };
 
 struct ExperimentSpec {

@@ -388,6 +388,7 @@ void validate_variant(Validator& v, const json& variant, const std::string& p, C
 void validate_experiment(Validator& v, const json& experiment, const std::string& p, CopyKnown copy_known) {
   v.string(experiment, p, "name");
   v.get(experiment, p, "params", Kind::object);
+  v.get(experiment, p, "notes", Kind::object, kOptional);
   const std::string* baseline = v.string(experiment, p, "baseline");
   const json* variants = v.get(experiment, p, "variants", Kind::array);
   if (!variants) return;

@@ -120,6 +120,7 @@ struct ExperimentRun {
   const ExperimentSpec* spec;
   std::size_t remaining;  // variant x repetition runs still to come
   std::unique_ptr<PreparedExperiment> prepared;
+  nlohmann::json notes;  // PreparedExperiment::notes(), taken before the buffers are freed
 
   PreparedExperiment& get() {
     if (!prepared) {
@@ -131,7 +132,10 @@ struct ExperimentRun {
     return *prepared;
   }
   void finished_one() {
-    if (remaining > 0 && --remaining == 0) prepared.reset();
+    if (remaining > 0 && --remaining == 0) {
+      if (prepared && prepared->notes) notes = prepared->notes();
+      prepared.reset();
+    }
   }
 };
 
@@ -159,7 +163,7 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
 
   for (const ExperimentSpec* e : experiments) {
     runs.push_back(std::make_unique<ExperimentRun>(
-        ExperimentRun{e, e->variants.size() * static_cast<std::size_t>(repetitions), nullptr}));
+        ExperimentRun{e, e->variants.size() * static_cast<std::size_t>(repetitions), nullptr, {}}));
     ExperimentRun* run = runs.back().get();
     const std::string prefix = suite.name + "/" + e->name;
     spec_alternatives += (spec_alternatives.empty() ? "" : "|") + escape_regex(prefix);
@@ -196,8 +200,10 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
   if (!errors.empty()) SEQBENCH_FAIL(errors.begin()->first << ": " << errors.begin()->second);
 
   nlohmann::json out = nlohmann::json::array();
-  for (const ExperimentSpec* e : experiments) {
+  for (std::size_t i = 0; i < experiments.size(); ++i) {
+    const ExperimentSpec* e = experiments[i];
     nlohmann::json entry = {{"name", e->name}, {"params", e->params}, {"baseline", e->baseline}};
+    if (runs[i]->notes.is_object()) entry["notes"] = runs[i]->notes;
     nlohmann::json variants = nlohmann::json::array();
     for (const VariantSpec& v : e->variants) {
       const auto& ms = samples.at(suite.name + "/" + e->name + "/" + v.name);

@@ -135,6 +135,8 @@ ExperimentSpec softmax_experiment(bool backward, std::int64_t batch, std::int64_
                                             stream);
       });
     }
+    // The tuner ran once in prepare(): its choice (and every candidate's time) goes to the report.
+    p.notes = [st] { return nlohmann::json{{"tuner", nlohmann::json::parse(st->tuner.to_json())}}; };
     p.state = st;
     return p;
   };

@@ -82,6 +82,7 @@ TEST(ValidateReport, AcceptsOptionalMembersWhenPresent) {
               r["experiments"].push_back(r["experiments"][0]);  // names may repeat across experiments
               r["meta"]["git_sha"] = "unknown";
               r["meta"]["build"]["flags"] = "";
+              r["experiments"][0]["notes"] = {{"tuner", {{"entries", json::array()}}}};
             }),
             Problems{});
 }
@@ -180,6 +181,8 @@ TEST(ValidateReport, RejectsWrongTypes) {
             Problems{"meta.device.clocks.sm_mhz: expected integer or null, got string"});
   EXPECT_EQ(problems_after([](json& r) { r["checks"][0]["detail"] = 3; }),
             Problems{"checks[0].detail: expected string, got integer"});
+  EXPECT_EQ(problems_after([](json& r) { r["experiments"][0]["notes"] = "tuned"; }),
+            Problems{"experiments[0].notes: expected object, got string"});
 }
 
 TEST(ValidateReport, RejectsEmptyNames) {
