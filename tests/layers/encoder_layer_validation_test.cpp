@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +13,8 @@
 #include "layers/encoder_layer.h"
 #include "layers/memory_planner.h"
 #include "tests/common/expect_error.h"
+#include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
@@ -21,41 +22,9 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
-// Host memory in place of the device: the layer only hands the block's addresses to kernels,
-// which these tests never reach.
-class HostBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override { return ::operator new (bytes, std::align_val_t{256}); }
-  void deallocate(void* ptr) noexcept override {
-    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
-  }
-};
-
-LayerConfig small_config() {
-  LayerConfig c;
-  c.max_batch_tokens = 64;
-  c.max_seq_len = 16;
-  c.hidden = 12;
-  c.ffn = 37;
-  c.heads = 3;
-  c.attn_dropout = 0.1;
-  c.activation_dropout = 0.1;
-  c.hidden_dropout = 0.1;
-  c.dtype = DType::f16;
-  return c;
-}
-
-// Distinct non-null addresses that are never dereferenced.
-struct FakeParams {
-  std::vector<char> storage = std::vector<char>(64);
-  EncoderLayerWeights weights;
-  EncoderLayerGrads grads;
-  FakeParams() {
-    int i = 0;
-    for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = storage.data() + i++; });
-    for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = storage.data() + i++; });
-  }
-};
+using layer_test::HostBackend;
+using layer_test::small_config;
+using FakeParams = layer_test::FakeEncoderParams;
 
 TEST(EncoderLayerValidation, InvalidConfigIsRefusedBeforeAnyAllocation) {
   HostBackend backend;

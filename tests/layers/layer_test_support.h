@@ -1,0 +1,63 @@
+// What the Transformer layers' validation tests (CPU, no GPU) construct a layer from: a small
+// LayerConfig that every layer accepts, and parameter views of distinct non-null fake addresses
+// that are never dereferenced (every check these tests reach runs before any CUDA call). The
+// allocator fakes are in tests/layers/fake_allocators.h.
+#pragma once
+
+#include <type_traits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "layers/config.h"
+#include "layers/decoder_layer.h"
+#include "layers/encoder_layer.h"
+
+namespace seqbench::layers::layer_test {
+
+// B·L <= 64 tokens, L <= 16, H = 12 in 3 heads, ffn 37 (odd), every dropout 0.1, fp16.
+inline LayerConfig small_config() {
+  LayerConfig c;
+  c.max_batch_tokens = 64;
+  c.max_seq_len = 16;
+  c.hidden = 12;
+  c.ffn = 37;
+  c.heads = 3;
+  c.attn_dropout = 0.1;
+  c.activation_dropout = 0.1;
+  c.hidden_dropout = 0.1;
+  c.dtype = DType::f16;
+  return c;
+}
+
+// Weights and grads of an encoder or decoder layer (EncoderLayerWeights/Grads or
+// DecoderLayerWeights/Grads), every pointer a distinct byte of `storage`, in the order of
+// for_each_{encoder,decoder}_tensor: the weights first, then the grads.
+template <class Weights, class Grads>
+struct FakeLayerParams {
+  static_assert((std::is_same_v<Weights, EncoderLayerWeights> && std::is_same_v<Grads, EncoderLayerGrads>) ||
+                    (std::is_same_v<Weights, DecoderLayerWeights> &&
+                     std::is_same_v<Grads, DecoderLayerGrads>),
+                "FakeLayerParams: the weights and grads of one layer kind");
+
+  std::vector<char> storage = std::vector<char>(64);
+  Weights weights;
+  Grads grads;
+
+  FakeLayerParams() {
+    int i = 0;
+    const auto fake_weight = [&](const char*, const void*& p) { p = storage.data() + i++; };
+    const auto fake_grad = [&](const char*, void*& p) { p = storage.data() + i++; };
+    if constexpr (std::is_same_v<Weights, EncoderLayerWeights>) {
+      for_each_encoder_tensor(weights, fake_weight);
+      for_each_encoder_tensor(grads, fake_grad);
+    } else {
+      for_each_decoder_tensor(weights, fake_weight);
+      for_each_decoder_tensor(grads, fake_grad);
+    }
+  }
+};
+
+using FakeEncoderParams = FakeLayerParams<EncoderLayerWeights, EncoderLayerGrads>;
+using FakeDecoderParams = FakeLayerParams<DecoderLayerWeights, DecoderLayerGrads>;
+
+}  // namespace seqbench::layers::layer_test
