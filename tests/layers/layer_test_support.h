@@ -4,13 +4,13 @@
 // allocator fakes are in tests/layers/fake_allocators.h.
 #pragma once
 
-#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
 #include "layers/config.h"
 #include "layers/decoder_layer.h"
 #include "layers/encoder_layer.h"
+#include "tests/layers/layer_params.h"
 
 namespace seqbench::layers::layer_test {
 
@@ -34,26 +34,14 @@ inline LayerConfig small_config() {
 // for_each_{encoder,decoder}_tensor: the weights first, then the grads.
 template <class Weights, class Grads>
 struct FakeLayerParams {
-  static_assert((std::is_same_v<Weights, EncoderLayerWeights> && std::is_same_v<Grads, EncoderLayerGrads>) ||
-                    (std::is_same_v<Weights, DecoderLayerWeights> &&
-                     std::is_same_v<Grads, DecoderLayerGrads>),
-                "FakeLayerParams: the weights and grads of one layer kind");
-
   std::vector<char> storage = std::vector<char>(64);
   Weights weights;
   Grads grads;
 
   FakeLayerParams() {
     int i = 0;
-    const auto fake_weight = [&](const char*, const void*& p) { p = storage.data() + i++; };
-    const auto fake_grad = [&](const char*, void*& p) { p = storage.data() + i++; };
-    if constexpr (std::is_same_v<Weights, EncoderLayerWeights>) {
-      for_each_encoder_tensor(weights, fake_weight);
-      for_each_encoder_tensor(grads, fake_grad);
-    } else {
-      for_each_decoder_tensor(weights, fake_weight);
-      for_each_decoder_tensor(grads, fake_grad);
-    }
+    for_each_layer_tensor(weights, [&](const char*, const void*& p) { p = storage.data() + i++; });
+    for_each_layer_tensor(grads, [&](const char*, void*& p) { p = storage.data() + i++; });
   }
 };
 
