@@ -54,12 +54,19 @@
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
 #include "tests/common/gpu_test.h"
+#include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
+#include "tests/layers/layer_params.h"
 
 namespace seqbench::layers {
 namespace {
 
 using namespace layer_check;
+using layer_test::case_config;
+using layer_test::joined;
+using layer_test::packed_offsets;
+using layer_test::point_views;
+using layer_test::steady_state_config;
 using operators::check_util::random_values;
 using operators::check_util::to_matrix;
 using operators::check_util::to_vector;
@@ -83,9 +90,8 @@ std::string describe_case(const Case& c, DType dtype) {
   std::ostringstream os;
   os << dtype_name(dtype) << " B=" << c.batch << " L=" << c.len << " H=" << c.hidden << " heads=" << c.heads
      << " ffn=" << c.ffn << (c.pre ? " pre-LN" : " post-LN") << " " << activation_name(c.activation)
-     << (c.dropout ? " dropout" : " no-dropout") << (c.causal ? " causal" : "") << " lengths=[";
-  for (std::size_t i = 0; i < c.lengths.size(); ++i) os << (i ? "," : "") << c.lengths[i];
-  os << "]";
+     << (c.dropout ? " dropout" : " no-dropout") << (c.causal ? " causal" : "") << " lengths=["
+     << joined(c.lengths) << "]";
   return os.str();
 }
 
@@ -112,18 +118,9 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
   const int B = cs.batch, L = cs.len, H = cs.hidden, F = cs.ffn;
   const std::size_t rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(L);
 
-  LayerConfig config;
-  config.max_batch_tokens = B * L + 5;  // not a multiple of anything: the plan is sized above the batch
-  config.max_seq_len = L + 2;
-  config.hidden = H;
-  config.ffn = F;
-  config.heads = cs.heads;
-  config.attn_dropout = cs.dropout ? 0.2 : 0.0;
-  config.activation_dropout = cs.dropout ? 0.1 : 0.0;
-  config.hidden_dropout = cs.dropout ? 0.15 : 0.0;
-  config.pre_layer_norm = cs.pre;
-  config.activation = cs.activation;
-  config.dtype = dtype;
+  // max_batch_tokens B·L + 5, not a multiple of anything: the plan is sized above the batch.
+  const LayerConfig config =
+      case_config(B * L + 5, L + 2, H, cs.heads, F, cs.pre, cs.activation, cs.dropout, dtype);
 
   // Parameters: one packed host buffer in the order of encoder_layer_parameter_shapes.
   const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(config);
@@ -166,10 +163,7 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
   d_grads.fill_bytes(0xFF);
   EncoderLayerWeights weights;
   EncoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   DeviceBuffer<T> d_x(x), d_dy(dy), d_y(rows * static_cast<std::size_t>(H)),
@@ -260,29 +254,14 @@ TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches
 TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
-  LayerConfig config;
-  config.max_batch_tokens = 96;
-  config.max_seq_len = 24;
-  config.hidden = 20;
-  config.ffn = 45;
-  config.heads = 4;
-  config.attn_dropout = config.activation_dropout = config.hidden_dropout = 0.1;
-  config.dtype = DType::f16;
-  const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(config);
+  const LayerConfig config = steady_state_config();
   std::size_t total = 0;
-  std::vector<std::size_t> offsets;
-  for (const EncoderTensorShape& sh : shapes) {
-    offsets.push_back(total);
-    total += sh.elements();
-  }
+  const std::vector<std::size_t> offsets = packed_offsets(encoder_layer_parameter_shapes(config), total);
   DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
   DeviceBuffer<T> d_grads(total);
   EncoderLayerWeights weights;
   EncoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   DeviceBuffer<char> workspace(kGemmWorkspaceBytes);
   Gemm gemm(workspace.data(), workspace.size());
   CudaAllocator cuda;
@@ -329,29 +308,14 @@ TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
 TEST(BaselineEncoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
-  LayerConfig config;
-  config.max_batch_tokens = 96;
-  config.max_seq_len = 24;
-  config.hidden = 20;
-  config.ffn = 45;
-  config.heads = 4;
-  config.attn_dropout = config.activation_dropout = config.hidden_dropout = 0.1;
-  config.dtype = DType::f16;
-  const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(config);
+  const LayerConfig config = steady_state_config();
   std::size_t total = 0;
-  std::vector<std::size_t> offsets;
-  for (const EncoderTensorShape& sh : shapes) {
-    offsets.push_back(total);
-    total += sh.elements();
-  }
+  const std::vector<std::size_t> offsets = packed_offsets(encoder_layer_parameter_shapes(config), total);
   DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
   DeviceBuffer<T> d_grads(total);
   EncoderLayerWeights weights;
   EncoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   CachingAllocator cache(counter);
