@@ -27,7 +27,9 @@ using testing::expect_error;
 using testing::expect_error_all;
 
 using layer_test::HostBackend;
+using layer_test::names_of;
 using layer_test::small_config;
+using layer_test::variant_name;
 
 // Four disjoint fake parameter ranges (host memory, never dereferenced), big enough for 3 layers
 // of small_config: W [72, 12], b [72] in f16.
@@ -89,12 +91,6 @@ TEST(CrossKvValidation, BadArgumentsAreRefusedBeforeAnyAllocation) {
   expect_error([&] { CrossAttentionKV kv(small_config(), 2, p.w, p.b, p.dw, p.db, counter, options); },
                "options.prefix is empty");
   EXPECT_EQ(counter.stats().allocations, 1u);
-}
-
-std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors) {
-  std::set<std::string> names;
-  for (const TensorLifetime& t : tensors) names.insert(t.name);
-  return names;
 }
 
 TEST(CrossKvValidation, DryRunAndOneAllocation) {
@@ -193,10 +189,8 @@ TEST(CrossKvValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaCall) 
 TEST(CrossKvValidation, DecoderDryRunInExternalKvModeOmitsTheKvTensors) {
   for (const bool pre : {true, false}) {
     for (const double attn_dropout : {0.0, 0.1}) {
-      LayerConfig c = small_config();
-      c.pre_layer_norm = pre;
-      c.attn_dropout = attn_dropout;
-      SCOPED_TRACE(std::string(pre ? "pre-LN" : "post-LN") + (attn_dropout > 0 ? ", attn dropout" : ""));
+      const LayerConfig c = small_config(pre, attn_dropout);
+      SCOPED_TRACE(variant_name(pre, attn_dropout));
       DecoderLayerOptions def;
       def.prefix = "dec1.";
       DecoderLayerOptions ext = def;

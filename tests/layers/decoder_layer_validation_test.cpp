@@ -22,7 +22,9 @@ using testing::expect_error;
 using testing::expect_error_all;
 
 using layer_test::HostBackend;
+using layer_test::names_of;
 using layer_test::small_config;
+using layer_test::variant_name;
 using FakeParams = layer_test::FakeDecoderParams;
 
 TEST(DecoderLayerValidation, InvalidConfigAndNullParametersAreRefusedBeforeAnyAllocation) {
@@ -100,25 +102,17 @@ TEST(DecoderLayerValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaC
   EXPECT_EQ(counter.stats().allocations, 1u);
 }
 
-std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors) {
-  std::set<std::string> names;
-  for (const TensorLifetime& t : tensors) names.insert(t.name);
-  return names;
-}
-
 TEST(DecoderLayerValidation, DryRunFollowsTheConfig) {
   for (const bool pre : {true, false}) {
     for (const double attn_dropout : {0.0, 0.1}) {
-      LayerConfig c = small_config();
-      c.pre_layer_norm = pre;
-      c.attn_dropout = attn_dropout;
+      const LayerConfig c = small_config(pre, attn_dropout);
       DecoderLayerOptions options;
       options.prefix = "dec2.";
       options.gemm_workspace_bytes = 4096;
       std::vector<std::string> ops;
       int forward_ops = 0;
       const std::vector<TensorLifetime> tensors = decoder_layer_lifetimes(c, options, &ops, &forward_ops);
-      SCOPED_TRACE(std::string(pre ? "pre-LN" : "post-LN") + (attn_dropout > 0 ? ", attn dropout" : ""));
+      SCOPED_TRACE(variant_name(pre, attn_dropout));
       const std::set<std::string> names = names_of(tensors);
       for (const char* sub : {"self.", "cross."}) {
         const std::string s = std::string("dec2.") + sub;

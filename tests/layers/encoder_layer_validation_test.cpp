@@ -23,7 +23,9 @@ using testing::expect_error;
 using testing::expect_error_all;
 
 using layer_test::HostBackend;
+using layer_test::names_of;
 using layer_test::small_config;
+using layer_test::variant_name;
 using FakeParams = layer_test::FakeEncoderParams;
 
 TEST(EncoderLayerValidation, InvalidConfigIsRefusedBeforeAnyAllocation) {
@@ -110,25 +112,17 @@ TEST(EncoderLayerValidation, MaxScoreElementsIsTheLargestFeasibleBatchTimesLengt
   EXPECT_EQ(encoder_layer_max_score_elements(c), 2u * 5u * 5u);  // L = 5 beats L = 7 (1·49)
 }
 
-std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors) {
-  std::set<std::string> names;
-  for (const TensorLifetime& t : tensors) names.insert(t.name);
-  return names;
-}
-
 TEST(EncoderLayerValidation, DryRunFollowsTheConfig) {
   for (const bool pre : {true, false}) {
     for (const double attn_dropout : {0.0, 0.1}) {
-      LayerConfig c = small_config();
-      c.pre_layer_norm = pre;
-      c.attn_dropout = attn_dropout;
+      const LayerConfig c = small_config(pre, attn_dropout);
       EncoderLayerOptions options;
       options.prefix = "enc3.";
       options.gemm_workspace_bytes = 4096;
       std::vector<std::string> ops;
       int forward_ops = 0;
       const std::vector<TensorLifetime> tensors = encoder_layer_lifetimes(c, options, &ops, &forward_ops);
-      SCOPED_TRACE(std::string(pre ? "pre-LN" : "post-LN") + (attn_dropout > 0 ? ", attn dropout" : ""));
+      SCOPED_TRACE(variant_name(pre, attn_dropout));
       const std::set<std::string> names = names_of(tensors);
       EXPECT_EQ(names.count("enc3.attn.probs_dropped"), attn_dropout > 0 ? 1u : 0u);
       EXPECT_EQ(names.count("enc3.attn.d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);

@@ -1,15 +1,19 @@
-// What the Transformer layers' validation tests (CPU, no GPU) construct a layer from: a small
-// LayerConfig that every layer accepts, and parameter views of distinct non-null fake addresses
-// that are never dereferenced (every check these tests reach runs before any CUDA call). The
-// allocator fakes are in tests/layers/fake_allocators.h.
+// What the Transformer layers' validation tests (CPU, no GPU) construct a layer from and read its
+// dry run with: a small LayerConfig that every layer accepts (and its pre-/post-LN, dropout
+// variants), parameter views of distinct non-null fake addresses that are never dereferenced
+// (every check these tests reach runs before any CUDA call), and the tensor names of a dry run.
+// The allocator fakes are in tests/layers/fake_allocators.h.
 #pragma once
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "layers/config.h"
 #include "layers/decoder_layer.h"
 #include "layers/encoder_layer.h"
+#include "layers/memory_planner.h"
 #include "tests/layers/layer_params.h"
 
 namespace seqbench::layers::layer_test {
@@ -27,6 +31,25 @@ inline LayerConfig small_config() {
   c.hidden_dropout = 0.1;
   c.dtype = DType::f16;
   return c;
+}
+
+// The dry-run tests' variants: small_config() pre- or post-LN, with the probabilities' dropout
+// attn_dropout; variant_name says which in the test's trace.
+inline LayerConfig small_config(bool pre, double attn_dropout) {
+  LayerConfig c = small_config();
+  c.pre_layer_norm = pre;
+  c.attn_dropout = attn_dropout;
+  return c;
+}
+inline std::string variant_name(bool pre, double attn_dropout) {
+  return std::string(pre ? "pre-LN" : "post-LN") + (attn_dropout > 0 ? ", attn dropout" : "");
+}
+
+// The names of a dry run's tensors.
+inline std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors) {
+  std::set<std::string> names;
+  for (const TensorLifetime& t : tensors) names.insert(t.name);
+  return names;
 }
 
 // Weights and grads of an encoder or decoder layer (EncoderLayerWeights/Grads or
