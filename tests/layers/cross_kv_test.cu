@@ -54,6 +54,7 @@ namespace {
 
 using namespace layer_check;
 using layer_test::case_config;
+using layer_test::for_each_dtype_and_case;
 using layer_test::joined;
 using layer_test::point_views;
 using operators::check_util::random_values;
@@ -362,13 +363,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
 
 TEST(CrossKvGpu, LayerBatchedStackMatchesTheReferenceAndThePerLayerStack) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed); });
-    }
-  }
+  for_each_dtype_and_case(
+      cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) { run_case<decltype(tag)>(c, seed); });
   print_worst_ratios("cross_kv");
 }
 

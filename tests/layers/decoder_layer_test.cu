@@ -44,10 +44,11 @@ namespace {
 
 using namespace layer_check;
 using layer_test::case_config;
+using layer_test::for_each_dtype_and_case;
 using layer_test::joined;
-using layer_test::packed_offsets;
 using layer_test::point_views;
 using layer_test::steady_state_config;
+using layer_test::SteadyStateParams;
 using operators::check_util::random_values;
 using operators::check_util::to_matrix;
 
@@ -163,13 +164,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
 
 TEST(DecoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed); });
-    }
-  }
+  for_each_dtype_and_case(
+      cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) { run_case<decltype(tag)>(c, seed); });
   print_worst_ratios("decoder");
 }
 
@@ -179,20 +175,14 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
   const LayerConfig config = steady_state_config();
-  std::size_t total = 0;
-  const std::vector<std::size_t> offsets = packed_offsets(decoder_layer_parameter_shapes(config), total);
-  DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
-  DeviceBuffer<T> d_grads(total);
-  DecoderLayerWeights weights;
-  DecoderLayerGrads grads;
-  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
+  SteadyStateParams<T, DecoderLayerWeights, DecoderLayerGrads> params(decoder_layer_parameter_shapes(config));
   DeviceBuffer<char> workspace(kGemmWorkspaceBytes);
   Gemm gemm(workspace.data(), workspace.size());
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   DecoderLayerOptions options;
   options.gemm = &gemm;
-  DecoderLayer layer(config, weights, grads, counter, options);
+  DecoderLayer layer(config, params.weights, params.grads, counter, options);
   const std::size_t B = 4, L = 24, S = 17, H = 20;
   DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
       enc(random_values<T>(B * S * H, 10, -1.0f, 1.0f)), dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
@@ -208,14 +198,14 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   step(B, L, S);
   const std::size_t plans = gemm.plans();
   const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), de1 = denc.copy_to_host(),
-                       g1 = d_grads.copy_to_host();
+                       g1 = params.d_grads.copy_to_host();
   step(B, L, S);
   EXPECT_EQ(counter.stats().allocations, 1u);
   EXPECT_EQ(gemm.plans(), plans);
   EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
   EXPECT_TRUE(operators::check_util::same_bits(denc.copy_to_host(), de1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   step(3, 7, 11);  // smaller shapes, S > L: new GEMM plans (host), still no device allocation
   EXPECT_EQ(counter.stats().allocations, 1u);
   try {

@@ -63,10 +63,11 @@ namespace {
 
 using namespace layer_check;
 using layer_test::case_config;
+using layer_test::for_each_dtype_and_case;
 using layer_test::joined;
-using layer_test::packed_offsets;
 using layer_test::point_views;
 using layer_test::steady_state_config;
+using layer_test::SteadyStateParams;
 using operators::check_util::random_values;
 using operators::check_util::to_matrix;
 using operators::check_util::to_vector;
@@ -225,26 +226,18 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
 
 TEST(EncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed, false); });
-    }
-  }
+  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, false);
+  });
   print_worst_ratios("encoder");
 }
 
 // The eager-like baseline on the same cases and seeds (the same draws), at its rounding depth.
 TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed, true); });
-    }
-  }
+  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, true);
+  });
   print_worst_ratios("baseline_encoder");
 }
 
@@ -255,20 +248,14 @@ TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
   const LayerConfig config = steady_state_config();
-  std::size_t total = 0;
-  const std::vector<std::size_t> offsets = packed_offsets(encoder_layer_parameter_shapes(config), total);
-  DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
-  DeviceBuffer<T> d_grads(total);
-  EncoderLayerWeights weights;
-  EncoderLayerGrads grads;
-  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
+  SteadyStateParams<T, EncoderLayerWeights, EncoderLayerGrads> params(encoder_layer_parameter_shapes(config));
   DeviceBuffer<char> workspace(kGemmWorkspaceBytes);
   Gemm gemm(workspace.data(), workspace.size());
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   EncoderLayerOptions options;
   options.gemm = &gemm;
-  EncoderLayer layer(config, weights, grads, counter, options);
+  EncoderLayer layer(config, params.weights, params.grads, counter, options);
   const std::size_t B = 4, L = 24, H = 20;
   DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
       dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
@@ -283,14 +270,14 @@ TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   step(B, L);
   const AllocationStats first = counter.stats();
   const std::size_t plans = gemm.plans();
-  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = d_grads.copy_to_host();
+  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = params.d_grads.copy_to_host();
   step(B, L);
   EXPECT_EQ(counter.stats().allocations, first.allocations);
   EXPECT_EQ(counter.stats().allocations, 1u);
   EXPECT_EQ(gemm.plans(), plans);
   EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   step(3, 7);  // a smaller batch: new GEMM plans (host), still no device allocation
   EXPECT_EQ(counter.stats().allocations, 1u);
   // Above the plan: refused with both numbers.
@@ -309,17 +296,11 @@ TEST(BaselineEncoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
   const LayerConfig config = steady_state_config();
-  std::size_t total = 0;
-  const std::vector<std::size_t> offsets = packed_offsets(encoder_layer_parameter_shapes(config), total);
-  DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
-  DeviceBuffer<T> d_grads(total);
-  EncoderLayerWeights weights;
-  EncoderLayerGrads grads;
-  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
+  SteadyStateParams<T, EncoderLayerWeights, EncoderLayerGrads> params(encoder_layer_parameter_shapes(config));
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   CachingAllocator cache(counter);
-  BaselineEncoderLayer layer(config, weights, grads, cache);
+  BaselineEncoderLayer layer(config, params.weights, params.grads, cache);
   const std::size_t B = 4, L = 24, H = 20;
   DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
       dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
@@ -333,14 +314,14 @@ TEST(BaselineEncoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
   };
   step(B, L);
   const std::uint64_t allocations = counter.stats().allocations;
-  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = d_grads.copy_to_host();
+  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = params.d_grads.copy_to_host();
   EXPECT_EQ(layer.saved_bytes(), 0u);
   EXPECT_EQ(cache.stats().allocated_bytes, CachingAllocator::round_size(kGemmWorkspaceBytes));
   step(B, L);
   EXPECT_EQ(counter.stats().allocations, allocations);
   EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   // retain_graph: two backwards of one forward, the same bits as the consuming one.
   layer.forward(y.data(), x.data(), B, L, lengths.data(), 11, 4, stream.get());
   layer.backward(dx.data(), dy.data(), x.data(), stream.get(), true);
@@ -348,7 +329,7 @@ TEST(BaselineEncoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
   layer.backward(dx.data(), dy.data(), x.data(), stream.get(), true);
   stream.synchronize();
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   layer.backward(dx.data(), dy.data(), x.data(), stream.get());  // consumes the graph
   stream.synchronize();
   EXPECT_EQ(layer.saved_bytes(), 0u);
