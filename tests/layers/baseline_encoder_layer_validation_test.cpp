@@ -18,9 +18,8 @@ namespace {
 
 using testing::expect_error;
 
-using layer_test::HostBackend;
-using layer_test::small_config;
-using FakeParams = layer_test::FakeEncoderParams;
+using namespace layer_test;
+using FakeParams = FakeEncoderParams;
 
 TEST(BaselineEncoderLayerValidation, ConfigAndParametersAreCheckedBeforeAnyAllocation) {
   HostBackend host;

@@ -53,10 +53,7 @@ namespace seqbench::layers {
 namespace {
 
 using namespace layer_check;
-using layer_test::case_config;
-using layer_test::for_each_dtype_and_case;
-using layer_test::joined;
-using layer_test::point_views;
+using namespace layer_test;
 using operators::check_util::random_values;
 using operators::check_util::same_bits;
 using operators::check_util::to_matrix;

@@ -26,10 +26,7 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
-using layer_test::HostBackend;
-using layer_test::names_of;
-using layer_test::small_config;
-using layer_test::variant_name;
+using namespace layer_test;
 
 // Four disjoint fake parameter ranges (host memory, never dereferenced), big enough for 3 layers
 // of small_config: W [72, 12], b [72] in f16.

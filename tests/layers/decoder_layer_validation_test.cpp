@@ -21,11 +21,8 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
-using layer_test::HostBackend;
-using layer_test::names_of;
-using layer_test::small_config;
-using layer_test::variant_name;
-using FakeParams = layer_test::FakeDecoderParams;
+using namespace layer_test;
+using FakeParams = FakeDecoderParams;
 
 TEST(DecoderLayerValidation, InvalidConfigAndNullParametersAreRefusedBeforeAnyAllocation) {
   HostBackend backend;

@@ -62,12 +62,7 @@ namespace seqbench::layers {
 namespace {
 
 using namespace layer_check;
-using layer_test::case_config;
-using layer_test::for_each_dtype_and_case;
-using layer_test::joined;
-using layer_test::point_views;
-using layer_test::steady_state_config;
-using layer_test::SteadyStateParams;
+using namespace layer_test;
 using operators::check_util::random_values;
 using operators::check_util::to_matrix;
 using operators::check_util::to_vector;
