@@ -192,13 +192,24 @@ void run_case(const Case& cs, std::uint64_t seed) {
   CudaAllocator cuda;
   Stream stream;
 
-  const auto views = [&](int i, bool external, DecoderLayerWeights& w, DecoderLayerGrads& g) {
-    point_views(w, g, d_params[static_cast<std::size_t>(i)].data(),
-                d_grads[static_cast<std::size_t>(i)].data(), offsets);
-    if (external) {
-      w.cross_kv_weight = w.cross_kv_bias = nullptr;
-      g.cross_kv_weight = g.cross_kv_bias = nullptr;
+  // NL layers "dec<i>." on the per-layer buffers, in external-K/V mode (null cross_kv views) or not.
+  const auto make_layers = [&](bool external, CountingAllocator& counter) {
+    std::vector<std::unique_ptr<DecoderLayer>> layers;
+    for (int i = 0; i < NL; ++i) {
+      DecoderLayerWeights w;
+      DecoderLayerGrads g;
+      point_views(w, g, d_params[static_cast<std::size_t>(i)].data(),
+                  d_grads[static_cast<std::size_t>(i)].data(), offsets);
+      if (external) {
+        w.cross_kv_weight = w.cross_kv_bias = nullptr;
+        g.cross_kv_weight = g.cross_kv_bias = nullptr;
+      }
+      DecoderLayerOptions o;
+      o.prefix = "dec" + std::to_string(i) + ".";
+      o.external_kv = external;
+      layers.push_back(std::make_unique<DecoderLayer>(config, w, g, counter, o));
     }
+    return layers;
   };
   const auto poison = [&] {
     for (auto& g : d_grads) g.fill_bytes(0xFF);
@@ -241,16 +252,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   {
     CountingAllocator counter(cuda);
     CrossAttentionKV kv(config, NL, d_w_all.data(), d_b_all.data(), dw_all.data(), db_all.data(), counter);
-    std::vector<std::unique_ptr<DecoderLayer>> layers;
-    for (int i = 0; i < NL; ++i) {
-      DecoderLayerWeights w;
-      DecoderLayerGrads g;
-      views(i, true, w, g);
-      DecoderLayerOptions o;
-      o.prefix = "dec" + std::to_string(i) + ".";
-      o.external_kv = true;
-      layers.push_back(std::make_unique<DecoderLayer>(config, w, g, counter, o));
-    }
+    const std::vector<std::unique_ptr<DecoderLayer>> layers = make_layers(true, counter);
     const auto step = [&] {
       kv.forward(d_enc.data(), static_cast<std::size_t>(B), static_cast<std::size_t>(S), stream.get());
       for (int i = 0; i < NL; ++i)
@@ -281,15 +283,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   // (2) The default stack: every layer its own K/V projection and d_encoder_out.
   {
     CountingAllocator counter(cuda);
-    std::vector<std::unique_ptr<DecoderLayer>> layers;
-    for (int i = 0; i < NL; ++i) {
-      DecoderLayerWeights w;
-      DecoderLayerGrads g;
-      views(i, false, w, g);
-      DecoderLayerOptions o;
-      o.prefix = "dec" + std::to_string(i) + ".";
-      layers.push_back(std::make_unique<DecoderLayer>(config, w, g, counter, o));
-    }
+    const std::vector<std::unique_ptr<DecoderLayer>> layers = make_layers(false, counter);
     poison();
     for (int i = 0; i < NL; ++i)
       layers[static_cast<std::size_t>(i)]->forward(
