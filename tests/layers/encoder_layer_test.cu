@@ -236,6 +236,32 @@ TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches
   print_worst_ratios("baseline_encoder");
 }
 
+// The encoder steady-state tests' batch: B = 4 sequences of L = 24 tokens of H = 20, lengths
+// {24, 3, 17, 0}, x and dy drawn U(-1, 1) with seeds 8 and 9, y and dx not initialised; step()
+// runs a layer's forward (dropout seed 11, base offset 4) and backward on the first b sequences of
+// length l, then synchronises.
+template <class T>
+struct SteadyBatch {
+  static constexpr std::size_t B = 4, L = 24, H = 20;
+  DeviceBuffer<T> x, dy, y, dx;
+  DeviceBuffer<std::int32_t> lengths;
+  Stream stream;
+
+  SteadyBatch()
+      : x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
+        dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f)),
+        y(B * L * H),
+        dx(B * L * H),
+        lengths(std::vector<std::int32_t>{24, 3, 17, 0}) {}
+
+  template <class Layer>
+  void step(Layer& layer, std::size_t b, std::size_t l) {
+    layer.forward(y.data(), x.data(), b, l, lengths.data(), 11, 4, stream.get());
+    layer.backward(dx.data(), dy.data(), x.data(), stream.get());
+    stream.synchronize();
+  }
+};
+
 // A second and third step (same shape, then a smaller one) allocate nothing on the device and,
 // on the same shape, make no new GEMM plan; the results of a repeated step are bitwise equal
 // (no atomics anywhere in the layer).
@@ -251,17 +277,10 @@ TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   EncoderLayerOptions options;
   options.gemm = &gemm;
   EncoderLayer layer(config, params.weights, params.grads, counter, options);
-  const std::size_t B = 4, L = 24, H = 20;
-  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
-      dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
-  DeviceBuffer<T> y(B * L * H), dx(B * L * H);
-  DeviceBuffer<std::int32_t> lengths(std::vector<std::int32_t>{24, 3, 17, 0});
-  Stream stream;
-  const auto step = [&](std::size_t b, std::size_t l) {
-    layer.forward(y.data(), x.data(), b, l, lengths.data(), 11, 4, stream.get());
-    layer.backward(dx.data(), dy.data(), x.data(), stream.get());
-    stream.synchronize();
-  };
+  SteadyBatch<T> batch;
+  auto& [x, dy, y, dx, lengths, stream] = batch;
+  const std::size_t B = SteadyBatch<T>::B, L = SteadyBatch<T>::L;
+  const auto step = [&](std::size_t b, std::size_t l) { batch.step(layer, b, l); };
   step(B, L);
   const AllocationStats first = counter.stats();
   const std::size_t plans = gemm.plans();
@@ -296,17 +315,10 @@ TEST(BaselineEncoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
   CountingAllocator counter(cuda);
   CachingAllocator cache(counter);
   BaselineEncoderLayer layer(config, params.weights, params.grads, cache);
-  const std::size_t B = 4, L = 24, H = 20;
-  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
-      dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
-  DeviceBuffer<T> y(B * L * H), dx(B * L * H);
-  DeviceBuffer<std::int32_t> lengths(std::vector<std::int32_t>{24, 3, 17, 0});
-  Stream stream;
-  const auto step = [&](std::size_t b, std::size_t l) {
-    layer.forward(y.data(), x.data(), b, l, lengths.data(), 11, 4, stream.get());
-    layer.backward(dx.data(), dy.data(), x.data(), stream.get());
-    stream.synchronize();
-  };
+  SteadyBatch<T> batch;
+  auto& [x, dy, y, dx, lengths, stream] = batch;
+  const std::size_t B = SteadyBatch<T>::B, L = SteadyBatch<T>::L;
+  const auto step = [&](std::size_t b, std::size_t l) { batch.step(layer, b, l); };
   step(B, L);
   const std::uint64_t allocations = counter.stats().allocations;
   const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = params.d_grads.copy_to_host();
