@@ -16,25 +16,16 @@
 #include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
 #include "tests/common/gpu_test.h"
+#include "tests/kernels/heads_shape.h"
 
 namespace seqbench {
 namespace {
 
 using kernels::HeadsShape;
+using kernels::qkv_test::shape;
 using operators::check_util::random_values;
 
 constexpr std::uint64_t kSeed = 20240921;
-
-HeadsShape shape(std::int64_t batch, std::int64_t len, std::int64_t heads, std::int64_t hidden,
-                 std::int64_t projections) {
-  HeadsShape s;
-  s.batch = batch;
-  s.len = len;
-  s.heads = heads;
-  s.hidden = hidden;
-  s.projections = projections;
-  return s;
-}
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

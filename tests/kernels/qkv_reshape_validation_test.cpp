@@ -14,6 +14,7 @@
 #include "kernels/qkv_reshape.h"
 #include "reference/attention.h"
 #include "tests/common/expect_error.h"
+#include "tests/kernels/heads_shape.h"
 
 namespace seqbench::kernels {
 namespace {
@@ -26,16 +27,7 @@ T* fake(std::uintptr_t slot) {
   return reinterpret_cast<T*>(slot << 32);
 }
 
-HeadsShape shape(std::int64_t batch, std::int64_t len, std::int64_t heads, std::int64_t hidden,
-                 std::int64_t projections) {
-  HeadsShape s;
-  s.batch = batch;
-  s.len = len;
-  s.heads = heads;
-  s.hidden = hidden;
-  s.projections = projections;
-  return s;
-}
+using qkv_test::shape;
 
 TEST(HeadsShape, Accessors) {
   const HeadsShape s = shape(3, 5, 8, 1000, 3);

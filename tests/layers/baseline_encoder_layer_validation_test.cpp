@@ -4,51 +4,22 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <new>
 #include <vector>
 
 #include "layers/baseline_encoder_layer.h"
 #include "layers/caching_allocator.h"
 #include "layers/device_allocator.h"
 #include "tests/common/expect_error.h"
+#include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
 
 using testing::expect_error;
 
-class HostBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override { return ::operator new (bytes, std::align_val_t{256}); }
-  void deallocate(void* ptr) noexcept override {
-    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
-  }
-};
-
-LayerConfig small_config() {
-  LayerConfig c;
-  c.max_batch_tokens = 64;
-  c.max_seq_len = 16;
-  c.hidden = 12;
-  c.ffn = 37;
-  c.heads = 3;
-  c.attn_dropout = 0.1;
-  c.activation_dropout = 0.1;
-  c.hidden_dropout = 0.1;
-  c.dtype = DType::f16;
-  return c;
-}
-
-struct FakeParams {
-  std::vector<char> storage = std::vector<char>(64);
-  EncoderLayerWeights weights;
-  EncoderLayerGrads grads;
-  FakeParams() {
-    int i = 0;
-    for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = storage.data() + i++; });
-    for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = storage.data() + i++; });
-  }
-};
+using namespace layer_test;
+using FakeParams = FakeEncoderParams;
 
 TEST(BaselineEncoderLayerValidation, ConfigAndParametersAreCheckedBeforeAnyAllocation) {
   HostBackend host;

@@ -6,30 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <new>
-#include <set>
 
 #include "layers/device_allocator.h"
+#include "tests/layers/fake_allocators.h"
 
 namespace seqbench::layers {
 namespace {
 
-class FakeBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override {
-    ++calls;
-    void* p = ::operator new (bytes, std::align_val_t{256});
-    live.insert(p);
-    return p;
-  }
-  void deallocate(void* ptr) noexcept override {
-    ++frees;
-    if (live.erase(ptr)) ::operator delete (ptr, std::align_val_t{256});
-  }
-  int calls = 0;
-  int frees = 0;
-  std::set<void*> live;
-};
+using FakeBackend = layer_test::RecordingBackend;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "layers/criterion_layer.h"
 #include "layers/memory_planner.h"
 #include "tests/common/expect_error.h"
+#include "tests/layers/fake_allocators.h"
 
 namespace seqbench::layers {
 namespace {
@@ -20,13 +20,7 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
-class HostBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override { return ::operator new (bytes, std::align_val_t{256}); }
-  void deallocate(void* ptr) noexcept override {
-    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
-  }
-};
+using layer_test::HostBackend;
 
 CriterionLayerConfig small_criterion() {
   CriterionLayerConfig c;

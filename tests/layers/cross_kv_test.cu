@@ -45,16 +45,18 @@
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
 #include "tests/common/gpu_test.h"
+#include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
+#include "tests/layers/layer_params.h"
 
 namespace seqbench::layers {
 namespace {
 
 using namespace layer_check;
+using namespace layer_test;
 using operators::check_util::random_values;
 using operators::check_util::same_bits;
 using operators::check_util::to_matrix;
-using operators::check_util::to_vector;
 
 constexpr std::uint64_t kSeed = 20241123;
 constexpr int kLayerForwardRoundings = 26;
@@ -75,10 +77,7 @@ std::string describe_case(const Case& c, DType dtype) {
      << " S=" << c.src_len << " H=" << c.hidden << " heads=" << c.heads << " ffn=" << c.ffn
      << (c.pre ? " pre-LN" : " post-LN") << " " << activation_name(c.activation)
      << (c.dropout ? " dropout" : " no-dropout") << " target=[";
-  for (std::size_t i = 0; i < c.target_lengths.size(); ++i) os << (i ? "," : "") << c.target_lengths[i];
-  os << "] source=[";
-  for (std::size_t i = 0; i < c.source_lengths.size(); ++i) os << (i ? "," : "") << c.source_lengths[i];
-  os << "]";
+  os << joined(c.target_lengths) << "] source=[" << joined(c.source_lengths) << "]";
   return os.str();
 }
 
@@ -91,65 +90,6 @@ std::vector<Case> cases() {
       {3, 1, 1, 1, 8, 1, 9, false, A::relu, true, {1}, {1}},
       {2, 4, 3, 9, 32, 2, 40, true, A::gelu, true, {}, {9, 0, 4, 9}},
   };
-}
-
-// Reference parameters of one decoder layer from its packed host values.
-template <class T>
-ref::DecoderLayerParams ref_params(const std::vector<T>& params,
-                                   const std::vector<DecoderTensorShape>& shapes,
-                                   const std::vector<std::size_t>& offsets, ref::Index Hi) {
-  const auto host_param = [&](std::size_t i) { return slice(params, offsets[i], shapes[i].elements()); };
-  const auto vec = [&](std::size_t i) { return to_vector(host_param(i)); };
-  const auto mat = [&](std::size_t i) {
-    return to_matrix(host_param(i), static_cast<ref::Index>(shapes[i].rows),
-                     static_cast<ref::Index>(shapes[i].cols));
-  };
-  ref::DecoderLayerParams rp;
-  rp.self_attention.norm = {vec(0), vec(1)};
-  const ref::Matrix wqkv = mat(2);
-  const ref::Vector bqkv = vec(3);
-  rp.self_attention.attention.q_proj = {wqkv.topRows(Hi), bqkv.head(Hi)};
-  rp.self_attention.attention.k_proj = {wqkv.middleRows(Hi, Hi), bqkv.segment(Hi, Hi)};
-  rp.self_attention.attention.v_proj = {wqkv.bottomRows(Hi), bqkv.tail(Hi)};
-  rp.self_attention.attention.out_proj = {mat(4), vec(5)};
-  rp.cross_attention.norm = {vec(6), vec(7)};
-  rp.cross_attention.attention.q_proj = {mat(8), vec(9)};
-  const ref::Matrix wkv = mat(kCrossKvWeight);
-  const ref::Vector bkv = vec(kCrossKvBias);
-  rp.cross_attention.attention.k_proj = {wkv.topRows(Hi), bkv.head(Hi)};
-  rp.cross_attention.attention.v_proj = {wkv.bottomRows(Hi), bkv.tail(Hi)};
-  rp.cross_attention.attention.out_proj = {mat(12), vec(13)};
-  rp.ffn.norm = {vec(14), vec(15)};
-  rp.ffn.fc1 = {mat(16), vec(17)};
-  rp.ffn.fc2 = {mat(18), vec(19)};
-  return rp;
-}
-
-// The reference gradients in the packed order of decoder_layer_parameter_shapes.
-std::vector<std::vector<double>> ref_grads(const ref::DecoderLayerGrads& rg) {
-  const ref::DecoderLayerParams& dp = rg.dparams;
-  const ref::MhaParams& ds = dp.self_attention.attention;
-  const ref::MhaParams& dc = dp.cross_attention.attention;
-  return {flat(dp.self_attention.norm.gamma),
-          flat(dp.self_attention.norm.beta),
-          concat({flat(ds.q_proj.weight), flat(ds.k_proj.weight), flat(ds.v_proj.weight)}),
-          concat({flat(ds.q_proj.bias), flat(ds.k_proj.bias), flat(ds.v_proj.bias)}),
-          flat(ds.out_proj.weight),
-          flat(ds.out_proj.bias),
-          flat(dp.cross_attention.norm.gamma),
-          flat(dp.cross_attention.norm.beta),
-          flat(dc.q_proj.weight),
-          flat(dc.q_proj.bias),
-          concat({flat(dc.k_proj.weight), flat(dc.v_proj.weight)}),
-          concat({flat(dc.k_proj.bias), flat(dc.v_proj.bias)}),
-          flat(dc.out_proj.weight),
-          flat(dc.out_proj.bias),
-          flat(dp.ffn.norm.gamma),
-          flat(dp.ffn.norm.beta),
-          flat(dp.ffn.fc1.weight),
-          flat(dp.ffn.fc1.bias),
-          flat(dp.ffn.fc2.weight),
-          flat(dp.ffn.fc2.bias)};
 }
 
 template <class T>
@@ -176,18 +116,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
   const std::size_t rows = static_cast<std::size_t>(B * L), src_rows = static_cast<std::size_t>(B * S);
   const std::size_t Hs = static_cast<std::size_t>(H), C = static_cast<std::size_t>(NL) * 2 * Hs;
 
-  LayerConfig config;
-  config.max_batch_tokens = B * std::max(L, S) + 5;
-  config.max_seq_len = std::max(L, S) + 2;
-  config.hidden = H;
-  config.ffn = F;
-  config.heads = cs.heads;
-  config.attn_dropout = cs.dropout ? 0.2 : 0.0;
-  config.activation_dropout = cs.dropout ? 0.1 : 0.0;
-  config.hidden_dropout = cs.dropout ? 0.15 : 0.0;
-  config.pre_layer_norm = cs.pre;
-  config.activation = cs.activation;
-  config.dtype = dtype;
+  const LayerConfig config = case_config(B * std::max(L, S) + 5, std::max(L, S) + 2, H, cs.heads, F, cs.pre,
+                                         cs.activation, cs.dropout, dtype);
 
   const std::vector<DecoderTensorShape> shapes = decoder_layer_parameter_shapes(config);
   std::vector<std::size_t> offsets;
@@ -219,7 +149,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   std::vector<ref::DecoderLayerMasks> masks;
   std::vector<ref::Matrix> xs = {to_matrix(x, static_cast<ref::Index>(rows), Hi)};
   for (int i = 0; i < NL; ++i) {
-    rps.push_back(ref_params(params[static_cast<std::size_t>(i)], shapes, offsets, Hi));
+    rps.push_back(decoder_ref_params(params[static_cast<std::size_t>(i)], shapes, offsets, Hi));
     masks.push_back(ref::decoder_layer_dropout_masks(B, L, S, H, F, rc, layer_seed(i)));
     xs.push_back(ref::decoder_layer_forward(xs.back(), em, B, rps.back(), rc, tgt, src, masks.back()).y);
   }
@@ -262,18 +192,24 @@ void run_case(const Case& cs, std::uint64_t seed) {
   CudaAllocator cuda;
   Stream stream;
 
-  const auto views = [&](int i, bool external, DecoderLayerWeights& w, DecoderLayerGrads& g) {
-    std::size_t k = 0;
-    for_each_decoder_tensor(w, [&](const char*, const void*& p) {
-      p = d_params[static_cast<std::size_t>(i)].data() + offsets[k++];
-    });
-    k = 0;
-    for_each_decoder_tensor(
-        g, [&](const char*, void*& p) { p = d_grads[static_cast<std::size_t>(i)].data() + offsets[k++]; });
-    if (external) {
-      w.cross_kv_weight = w.cross_kv_bias = nullptr;
-      g.cross_kv_weight = g.cross_kv_bias = nullptr;
+  // NL layers "dec<i>." on the per-layer buffers, in external-K/V mode (null cross_kv views) or not.
+  const auto make_layers = [&](bool external, CountingAllocator& counter) {
+    std::vector<std::unique_ptr<DecoderLayer>> layers;
+    for (int i = 0; i < NL; ++i) {
+      DecoderLayerWeights w;
+      DecoderLayerGrads g;
+      point_views(w, g, d_params[static_cast<std::size_t>(i)].data(),
+                  d_grads[static_cast<std::size_t>(i)].data(), offsets);
+      if (external) {
+        w.cross_kv_weight = w.cross_kv_bias = nullptr;
+        g.cross_kv_weight = g.cross_kv_bias = nullptr;
+      }
+      DecoderLayerOptions o;
+      o.prefix = "dec" + std::to_string(i) + ".";
+      o.external_kv = external;
+      layers.push_back(std::make_unique<DecoderLayer>(config, w, g, counter, o));
     }
+    return layers;
   };
   const auto poison = [&] {
     for (auto& g : d_grads) g.fill_bytes(0xFF);
@@ -316,16 +252,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   {
     CountingAllocator counter(cuda);
     CrossAttentionKV kv(config, NL, d_w_all.data(), d_b_all.data(), dw_all.data(), db_all.data(), counter);
-    std::vector<std::unique_ptr<DecoderLayer>> layers;
-    for (int i = 0; i < NL; ++i) {
-      DecoderLayerWeights w;
-      DecoderLayerGrads g;
-      views(i, true, w, g);
-      DecoderLayerOptions o;
-      o.prefix = "dec" + std::to_string(i) + ".";
-      o.external_kv = true;
-      layers.push_back(std::make_unique<DecoderLayer>(config, w, g, counter, o));
-    }
+    const std::vector<std::unique_ptr<DecoderLayer>> layers = make_layers(true, counter);
     const auto step = [&] {
       kv.forward(d_enc.data(), static_cast<std::size_t>(B), static_cast<std::size_t>(S), stream.get());
       for (int i = 0; i < NL; ++i)
@@ -356,15 +283,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   // (2) The default stack: every layer its own K/V projection and d_encoder_out.
   {
     CountingAllocator counter(cuda);
-    std::vector<std::unique_ptr<DecoderLayer>> layers;
-    for (int i = 0; i < NL; ++i) {
-      DecoderLayerWeights w;
-      DecoderLayerGrads g;
-      views(i, false, w, g);
-      DecoderLayerOptions o;
-      o.prefix = "dec" + std::to_string(i) + ".";
-      layers.push_back(std::make_unique<DecoderLayer>(config, w, g, counter, o));
-    }
+    const std::vector<std::unique_ptr<DecoderLayer>> layers = make_layers(false, counter);
     poison();
     for (int i = 0; i < NL; ++i)
       layers[static_cast<std::size_t>(i)]->forward(
@@ -408,7 +327,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   std::vector<T> per_layer_w, per_layer_b;
   for (int i = 0; i < NL; ++i) {
     const auto u = static_cast<std::size_t>(i);
-    const std::vector<std::vector<double>> want = ref_grads(rgs[u]);
+    const std::vector<std::vector<double>> want = decoder_ref_grads(rgs[u]);
     ASSERT_EQ(want.size(), shapes.size());
     for (std::size_t t = 0; t < shapes.size(); ++t) {
       const std::vector<T> def = slice(per_layer.grads[u], offsets[t], shapes[t].elements());
@@ -435,13 +354,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
 
 TEST(CrossKvGpu, LayerBatchedStackMatchesTheReferenceAndThePerLayerStack) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed); });
-    }
-  }
+  for_each_dtype_and_case(
+      cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) { run_case<decltype(tag)>(c, seed); });
   print_worst_ratios("cross_kv");
 }
 

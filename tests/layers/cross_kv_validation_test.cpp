@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +17,8 @@
 #include "layers/decoder_layer.h"
 #include "layers/memory_planner.h"
 #include "tests/common/expect_error.h"
+#include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
@@ -25,27 +26,7 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
-class HostBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override { return ::operator new (bytes, std::align_val_t{256}); }
-  void deallocate(void* ptr) noexcept override {
-    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
-  }
-};
-
-LayerConfig small_config() {
-  LayerConfig c;
-  c.max_batch_tokens = 64;
-  c.max_seq_len = 16;
-  c.hidden = 12;
-  c.ffn = 37;
-  c.heads = 3;
-  c.attn_dropout = 0.1;
-  c.activation_dropout = 0.1;
-  c.hidden_dropout = 0.1;
-  c.dtype = DType::f16;
-  return c;
-}
+using namespace layer_test;
 
 // Four disjoint fake parameter ranges (host memory, never dereferenced), big enough for 3 layers
 // of small_config: W [72, 12], b [72] in f16.
@@ -107,12 +88,6 @@ TEST(CrossKvValidation, BadArgumentsAreRefusedBeforeAnyAllocation) {
   expect_error([&] { CrossAttentionKV kv(small_config(), 2, p.w, p.b, p.dw, p.db, counter, options); },
                "options.prefix is empty");
   EXPECT_EQ(counter.stats().allocations, 1u);
-}
-
-std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors) {
-  std::set<std::string> names;
-  for (const TensorLifetime& t : tensors) names.insert(t.name);
-  return names;
 }
 
 TEST(CrossKvValidation, DryRunAndOneAllocation) {
@@ -211,10 +186,8 @@ TEST(CrossKvValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaCall) 
 TEST(CrossKvValidation, DecoderDryRunInExternalKvModeOmitsTheKvTensors) {
   for (const bool pre : {true, false}) {
     for (const double attn_dropout : {0.0, 0.1}) {
-      LayerConfig c = small_config();
-      c.pre_layer_norm = pre;
-      c.attn_dropout = attn_dropout;
-      SCOPED_TRACE(std::string(pre ? "pre-LN" : "post-LN") + (attn_dropout > 0 ? ", attn dropout" : ""));
+      const LayerConfig c = small_config(pre, attn_dropout);
+      SCOPED_TRACE(variant_name(pre, attn_dropout));
       DecoderLayerOptions def;
       def.prefix = "dec1.";
       DecoderLayerOptions ext = def;
@@ -258,14 +231,9 @@ TEST(CrossKvValidation, DecoderDryRunInExternalKvModeOmitsTheKvTensors) {
   }
 }
 
-struct FakeParams {
-  std::vector<char> storage = std::vector<char>(64);
-  DecoderLayerWeights weights;
-  DecoderLayerGrads grads;
+// The decoder's fake parameters, with the cross-attention's K/V projection null in external-K/V mode.
+struct FakeParams : layer_test::FakeDecoderParams {
   explicit FakeParams(bool external_kv) {
-    int i = 0;
-    for_each_decoder_tensor(weights, [&](const char*, const void*& p) { p = storage.data() + i++; });
-    for_each_decoder_tensor(grads, [&](const char*, void*& p) { p = storage.data() + i++; });
     if (external_kv) {
       weights.cross_kv_weight = weights.cross_kv_bias = nullptr;
       grads.cross_kv_weight = grads.cross_kv_bias = nullptr;

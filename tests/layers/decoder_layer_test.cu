@@ -35,15 +35,17 @@
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
 #include "tests/common/gpu_test.h"
+#include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
+#include "tests/layers/layer_params.h"
 
 namespace seqbench::layers {
 namespace {
 
 using namespace layer_check;
+using namespace layer_test;
 using operators::check_util::random_values;
 using operators::check_util::to_matrix;
-using operators::check_util::to_vector;
 
 constexpr std::uint64_t kSeed = 20241007;
 constexpr int kForwardRoundings = 26;
@@ -62,10 +64,7 @@ std::string describe_case(const Case& c, DType dtype) {
   os << dtype_name(dtype) << " B=" << c.batch << " L=" << c.len << " S=" << c.src_len << " H=" << c.hidden
      << " heads=" << c.heads << " ffn=" << c.ffn << (c.pre ? " pre-LN" : " post-LN") << " "
      << activation_name(c.activation) << (c.dropout ? " dropout" : " no-dropout") << " target=[";
-  for (std::size_t i = 0; i < c.target_lengths.size(); ++i) os << (i ? "," : "") << c.target_lengths[i];
-  os << "] source=[";
-  for (std::size_t i = 0; i < c.source_lengths.size(); ++i) os << (i ? "," : "") << c.source_lengths[i];
-  os << "]";
+  os << joined(c.target_lengths) << "] source=[" << joined(c.source_lengths) << "]";
   return os.str();
 }
 
@@ -93,53 +92,20 @@ void run_case(const Case& cs, std::uint64_t seed) {
   const std::size_t rows = static_cast<std::size_t>(B * L), src_rows = static_cast<std::size_t>(B * S);
   const std::size_t Hs = static_cast<std::size_t>(H);
 
-  LayerConfig config;
-  config.max_batch_tokens = B * std::max(L, S) + 5;
-  config.max_seq_len = std::max(L, S) + 2;
-  config.hidden = H;
-  config.ffn = F;
-  config.heads = cs.heads;
-  config.attn_dropout = cs.dropout ? 0.2 : 0.0;
-  config.activation_dropout = cs.dropout ? 0.1 : 0.0;
-  config.hidden_dropout = cs.dropout ? 0.15 : 0.0;
-  config.pre_layer_norm = cs.pre;
-  config.activation = cs.activation;
-  config.dtype = dtype;
+  const LayerConfig config = case_config(B * std::max(L, S) + 5, std::max(L, S) + 2, H, cs.heads, F, cs.pre,
+                                         cs.activation, cs.dropout, dtype);
 
   const std::vector<DecoderTensorShape> shapes = decoder_layer_parameter_shapes(config);
   std::vector<std::size_t> offsets;
   std::uint64_t s = seed;
   const std::vector<T> params = random_parameters<T>(shapes, s, offsets);
-  const auto host_param = [&](std::size_t i) { return slice(params, offsets[i], shapes[i].elements()); };
   const std::vector<T> x = random_values<T>(rows * Hs, ++s, -1.0f, 1.0f);
   const std::vector<T> enc = random_values<T>(src_rows * Hs, ++s, -1.0f, 1.0f);
   const std::vector<T> dy = random_values<T>(rows * Hs, ++s, -1.0f, 1.0f);
 
   // The reference, on exactly the T values.
   const ref::Index Hi = H;
-  const auto vec = [&](std::size_t i) { return to_vector(host_param(i)); };
-  const auto mat = [&](std::size_t i) {
-    return to_matrix(host_param(i), static_cast<ref::Index>(shapes[i].rows),
-                     static_cast<ref::Index>(shapes[i].cols));
-  };
-  ref::DecoderLayerParams rp;
-  rp.self_attention.norm = {vec(0), vec(1)};
-  const ref::Matrix wqkv = mat(2);
-  const ref::Vector bqkv = vec(3);
-  rp.self_attention.attention.q_proj = {wqkv.topRows(Hi), bqkv.head(Hi)};
-  rp.self_attention.attention.k_proj = {wqkv.middleRows(Hi, Hi), bqkv.segment(Hi, Hi)};
-  rp.self_attention.attention.v_proj = {wqkv.bottomRows(Hi), bqkv.tail(Hi)};
-  rp.self_attention.attention.out_proj = {mat(4), vec(5)};
-  rp.cross_attention.norm = {vec(6), vec(7)};
-  rp.cross_attention.attention.q_proj = {mat(8), vec(9)};
-  const ref::Matrix wkv = mat(10);
-  const ref::Vector bkv = vec(11);
-  rp.cross_attention.attention.k_proj = {wkv.topRows(Hi), bkv.head(Hi)};
-  rp.cross_attention.attention.v_proj = {wkv.bottomRows(Hi), bkv.tail(Hi)};
-  rp.cross_attention.attention.out_proj = {mat(12), vec(13)};
-  rp.ffn.norm = {vec(14), vec(15)};
-  rp.ffn.fc1 = {mat(16), vec(17)};
-  rp.ffn.fc2 = {mat(18), vec(19)};
+  const ref::DecoderLayerParams rp = decoder_ref_params(params, shapes, offsets, Hi);
   const ref::TransformerLayerConfig rc = ref_config(config);
   const std::vector<ref::Index> tgt(cs.target_lengths.begin(), cs.target_lengths.end());
   const std::vector<ref::Index> src(cs.source_lengths.begin(), cs.source_lengths.end());
@@ -157,10 +123,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   d_grads.fill_bytes(0xFF);
   DecoderLayerWeights weights;
   DecoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_decoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_decoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   DecoderLayer layer(config, weights, grads, counter);
@@ -187,30 +150,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   expect_close(d_dx.copy_to_host(), flat(rg.dx), tol_bwd, dtype, label, "dx", where);
   expect_close(d_denc.copy_to_host(), flat(rg.d_encoder_out), tol_bwd, dtype, label, "d_encoder_out", where);
   const std::vector<T> g = d_grads.copy_to_host();
-  const ref::DecoderLayerParams& dp = rg.dparams;
-  const ref::MhaParams& ds = dp.self_attention.attention;
-  const ref::MhaParams& dc = dp.cross_attention.attention;
-  const std::vector<std::vector<double>> want = {
-      flat(dp.self_attention.norm.gamma),
-      flat(dp.self_attention.norm.beta),
-      concat({flat(ds.q_proj.weight), flat(ds.k_proj.weight), flat(ds.v_proj.weight)}),
-      concat({flat(ds.q_proj.bias), flat(ds.k_proj.bias), flat(ds.v_proj.bias)}),
-      flat(ds.out_proj.weight),
-      flat(ds.out_proj.bias),
-      flat(dp.cross_attention.norm.gamma),
-      flat(dp.cross_attention.norm.beta),
-      flat(dc.q_proj.weight),
-      flat(dc.q_proj.bias),
-      concat({flat(dc.k_proj.weight), flat(dc.v_proj.weight)}),
-      concat({flat(dc.k_proj.bias), flat(dc.v_proj.bias)}),
-      flat(dc.out_proj.weight),
-      flat(dc.out_proj.bias),
-      flat(dp.ffn.norm.gamma),
-      flat(dp.ffn.norm.beta),
-      flat(dp.ffn.fc1.weight),
-      flat(dp.ffn.fc1.bias),
-      flat(dp.ffn.fc2.weight),
-      flat(dp.ffn.fc2.bias)};
+  const std::vector<std::vector<double>> want = decoder_ref_grads(rg);
   ASSERT_EQ(want.size(), shapes.size());
   for (std::size_t t = 0; t < shapes.size(); ++t)
     expect_close(slice(g, offsets[t], shapes[t].elements()), want[t], tol_bwd, dtype, label,
@@ -219,13 +159,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
 
 TEST(DecoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed); });
-    }
-  }
+  for_each_dtype_and_case(
+      cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) { run_case<decltype(tag)>(c, seed); });
   print_worst_ratios("decoder");
 }
 
@@ -234,36 +169,15 @@ TEST(DecoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
 TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
-  LayerConfig config;
-  config.max_batch_tokens = 96;
-  config.max_seq_len = 24;
-  config.hidden = 20;
-  config.ffn = 45;
-  config.heads = 4;
-  config.attn_dropout = config.activation_dropout = config.hidden_dropout = 0.1;
-  config.dtype = DType::f16;
-  const std::vector<DecoderTensorShape> shapes = decoder_layer_parameter_shapes(config);
-  std::size_t total = 0;
-  std::vector<std::size_t> offsets;
-  for (const DecoderTensorShape& sh : shapes) {
-    offsets.push_back(total);
-    total += sh.elements();
-  }
-  DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
-  DeviceBuffer<T> d_grads(total);
-  DecoderLayerWeights weights;
-  DecoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_decoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_decoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  const LayerConfig config = steady_state_config();
+  SteadyStateParams<T, DecoderLayerWeights, DecoderLayerGrads> params(decoder_layer_parameter_shapes(config));
   DeviceBuffer<char> workspace(kGemmWorkspaceBytes);
   Gemm gemm(workspace.data(), workspace.size());
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   DecoderLayerOptions options;
   options.gemm = &gemm;
-  DecoderLayer layer(config, weights, grads, counter, options);
+  DecoderLayer layer(config, params.weights, params.grads, counter, options);
   const std::size_t B = 4, L = 24, S = 17, H = 20;
   DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
       enc(random_values<T>(B * S * H, 10, -1.0f, 1.0f)), dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
@@ -279,14 +193,14 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   step(B, L, S);
   const std::size_t plans = gemm.plans();
   const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), de1 = denc.copy_to_host(),
-                       g1 = d_grads.copy_to_host();
+                       g1 = params.d_grads.copy_to_host();
   step(B, L, S);
   EXPECT_EQ(counter.stats().allocations, 1u);
   EXPECT_EQ(gemm.plans(), plans);
   EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
   EXPECT_TRUE(operators::check_util::same_bits(denc.copy_to_host(), de1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   step(3, 7, 11);  // smaller shapes, S > L: new GEMM plans (host), still no device allocation
   EXPECT_EQ(counter.stats().allocations, 1u);
   try {

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +12,8 @@
 #include "layers/decoder_layer.h"
 #include "layers/memory_planner.h"
 #include "tests/common/expect_error.h"
+#include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
@@ -20,38 +21,8 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
-class HostBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override { return ::operator new (bytes, std::align_val_t{256}); }
-  void deallocate(void* ptr) noexcept override {
-    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
-  }
-};
-
-LayerConfig small_config() {
-  LayerConfig c;
-  c.max_batch_tokens = 64;
-  c.max_seq_len = 16;
-  c.hidden = 12;
-  c.ffn = 37;
-  c.heads = 3;
-  c.attn_dropout = 0.1;
-  c.activation_dropout = 0.1;
-  c.hidden_dropout = 0.1;
-  c.dtype = DType::f16;
-  return c;
-}
-
-struct FakeParams {
-  std::vector<char> storage = std::vector<char>(64);
-  DecoderLayerWeights weights;
-  DecoderLayerGrads grads;
-  FakeParams() {
-    int i = 0;
-    for_each_decoder_tensor(weights, [&](const char*, const void*& p) { p = storage.data() + i++; });
-    for_each_decoder_tensor(grads, [&](const char*, void*& p) { p = storage.data() + i++; });
-  }
-};
+using namespace layer_test;
+using FakeParams = FakeDecoderParams;
 
 TEST(DecoderLayerValidation, InvalidConfigAndNullParametersAreRefusedBeforeAnyAllocation) {
   HostBackend backend;
@@ -128,25 +99,17 @@ TEST(DecoderLayerValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaC
   EXPECT_EQ(counter.stats().allocations, 1u);
 }
 
-std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors) {
-  std::set<std::string> names;
-  for (const TensorLifetime& t : tensors) names.insert(t.name);
-  return names;
-}
-
 TEST(DecoderLayerValidation, DryRunFollowsTheConfig) {
   for (const bool pre : {true, false}) {
     for (const double attn_dropout : {0.0, 0.1}) {
-      LayerConfig c = small_config();
-      c.pre_layer_norm = pre;
-      c.attn_dropout = attn_dropout;
+      const LayerConfig c = small_config(pre, attn_dropout);
       DecoderLayerOptions options;
       options.prefix = "dec2.";
       options.gemm_workspace_bytes = 4096;
       std::vector<std::string> ops;
       int forward_ops = 0;
       const std::vector<TensorLifetime> tensors = decoder_layer_lifetimes(c, options, &ops, &forward_ops);
-      SCOPED_TRACE(std::string(pre ? "pre-LN" : "post-LN") + (attn_dropout > 0 ? ", attn dropout" : ""));
+      SCOPED_TRACE(variant_name(pre, attn_dropout));
       const std::set<std::string> names = names_of(tensors);
       for (const char* sub : {"self.", "cross."}) {
         const std::string s = std::string("dec2.") + sub;

@@ -4,40 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <new>
-#include <set>
 #include <string>
 
 #include "core/error.h"
+#include "tests/layers/fake_allocators.h"
 
 namespace seqbench::layers {
 namespace {
 
 // Host memory in place of the device; remembers what is live so that the test can see exactly
 // which calls reached it.
-class FakeBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override {
-    ++calls;
-    if (fail_next) {
-      fail_next = false;
-      SEQBENCH_FAIL("fake backend: out of memory for " << bytes << " bytes");
-    }
-    if (return_null) return nullptr;
-    void* p = ::operator new (bytes, std::align_val_t{256});
-    live.insert(p);
-    return p;
-  }
-  void deallocate(void* ptr) noexcept override {
-    ++frees;
-    if (live.erase(ptr)) ::operator delete (ptr, std::align_val_t{256});
-  }
-  int calls = 0;
-  int frees = 0;
-  bool fail_next = false;
-  bool return_null = false;
-  std::set<void*> live;
-};
+using FakeBackend = layer_test::RecordingBackend;
 
 TEST(CountingAllocator, CountsAllocationsFreesAndBytes) {
   FakeBackend backend;

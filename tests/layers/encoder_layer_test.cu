@@ -54,12 +54,15 @@
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
 #include "tests/common/gpu_test.h"
+#include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
+#include "tests/layers/layer_params.h"
 
 namespace seqbench::layers {
 namespace {
 
 using namespace layer_check;
+using namespace layer_test;
 using operators::check_util::random_values;
 using operators::check_util::to_matrix;
 using operators::check_util::to_vector;
@@ -83,9 +86,8 @@ std::string describe_case(const Case& c, DType dtype) {
   std::ostringstream os;
   os << dtype_name(dtype) << " B=" << c.batch << " L=" << c.len << " H=" << c.hidden << " heads=" << c.heads
      << " ffn=" << c.ffn << (c.pre ? " pre-LN" : " post-LN") << " " << activation_name(c.activation)
-     << (c.dropout ? " dropout" : " no-dropout") << (c.causal ? " causal" : "") << " lengths=[";
-  for (std::size_t i = 0; i < c.lengths.size(); ++i) os << (i ? "," : "") << c.lengths[i];
-  os << "]";
+     << (c.dropout ? " dropout" : " no-dropout") << (c.causal ? " causal" : "") << " lengths=["
+     << joined(c.lengths) << "]";
   return os.str();
 }
 
@@ -112,18 +114,9 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
   const int B = cs.batch, L = cs.len, H = cs.hidden, F = cs.ffn;
   const std::size_t rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(L);
 
-  LayerConfig config;
-  config.max_batch_tokens = B * L + 5;  // not a multiple of anything: the plan is sized above the batch
-  config.max_seq_len = L + 2;
-  config.hidden = H;
-  config.ffn = F;
-  config.heads = cs.heads;
-  config.attn_dropout = cs.dropout ? 0.2 : 0.0;
-  config.activation_dropout = cs.dropout ? 0.1 : 0.0;
-  config.hidden_dropout = cs.dropout ? 0.15 : 0.0;
-  config.pre_layer_norm = cs.pre;
-  config.activation = cs.activation;
-  config.dtype = dtype;
+  // max_batch_tokens B·L + 5, not a multiple of anything: the plan is sized above the batch.
+  const LayerConfig config =
+      case_config(B * L + 5, L + 2, H, cs.heads, F, cs.pre, cs.activation, cs.dropout, dtype);
 
   // Parameters: one packed host buffer in the order of encoder_layer_parameter_shapes.
   const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(config);
@@ -166,10 +159,7 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
   d_grads.fill_bytes(0xFF);
   EncoderLayerWeights weights;
   EncoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   DeviceBuffer<T> d_x(x), d_dy(dy), d_y(rows * static_cast<std::size_t>(H)),
@@ -231,28 +221,46 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
 
 TEST(EncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed, false); });
-    }
-  }
+  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, false);
+  });
   print_worst_ratios("encoder");
 }
 
 // The eager-like baseline on the same cases and seeds (the same draws), at its rounding depth.
 TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
   SEQBENCH_REQUIRE_GPU();
-  std::uint64_t seed = kSeed;
-  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (const Case& c : cases()) {
-      ++seed;
-      dispatch_dtype(dtype, [&](auto tag) { run_case<decltype(tag)>(c, seed, true); });
-    }
-  }
+  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, true);
+  });
   print_worst_ratios("baseline_encoder");
 }
+
+// The encoder steady-state tests' batch: B = 4 sequences of L = 24 tokens of H = 20, lengths
+// {24, 3, 17, 0}, x and dy drawn U(-1, 1) with seeds 8 and 9, y and dx not initialised; step()
+// runs a layer's forward (dropout seed 11, base offset 4) and backward on the first b sequences of
+// length l, then synchronises.
+template <class T>
+struct SteadyBatch {
+  static constexpr std::size_t B = 4, L = 24, H = 20;
+  DeviceBuffer<T> x, dy, y, dx;
+  DeviceBuffer<std::int32_t> lengths;
+  Stream stream;
+
+  SteadyBatch()
+      : x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
+        dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f)),
+        y(B * L * H),
+        dx(B * L * H),
+        lengths(std::vector<std::int32_t>{24, 3, 17, 0}) {}
+
+  template <class Layer>
+  void step(Layer& layer, std::size_t b, std::size_t l) {
+    layer.forward(y.data(), x.data(), b, l, lengths.data(), 11, 4, stream.get());
+    layer.backward(dx.data(), dy.data(), x.data(), stream.get());
+    stream.synchronize();
+  }
+};
 
 // A second and third step (same shape, then a smaller one) allocate nothing on the device and,
 // on the same shape, make no new GEMM plan; the results of a repeated step are bitwise equal
@@ -260,58 +268,30 @@ TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches
 TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
-  LayerConfig config;
-  config.max_batch_tokens = 96;
-  config.max_seq_len = 24;
-  config.hidden = 20;
-  config.ffn = 45;
-  config.heads = 4;
-  config.attn_dropout = config.activation_dropout = config.hidden_dropout = 0.1;
-  config.dtype = DType::f16;
-  const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(config);
-  std::size_t total = 0;
-  std::vector<std::size_t> offsets;
-  for (const EncoderTensorShape& sh : shapes) {
-    offsets.push_back(total);
-    total += sh.elements();
-  }
-  DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
-  DeviceBuffer<T> d_grads(total);
-  EncoderLayerWeights weights;
-  EncoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  const LayerConfig config = steady_state_config();
+  SteadyStateParams<T, EncoderLayerWeights, EncoderLayerGrads> params(encoder_layer_parameter_shapes(config));
   DeviceBuffer<char> workspace(kGemmWorkspaceBytes);
   Gemm gemm(workspace.data(), workspace.size());
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   EncoderLayerOptions options;
   options.gemm = &gemm;
-  EncoderLayer layer(config, weights, grads, counter, options);
-  const std::size_t B = 4, L = 24, H = 20;
-  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
-      dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
-  DeviceBuffer<T> y(B * L * H), dx(B * L * H);
-  DeviceBuffer<std::int32_t> lengths(std::vector<std::int32_t>{24, 3, 17, 0});
-  Stream stream;
-  const auto step = [&](std::size_t b, std::size_t l) {
-    layer.forward(y.data(), x.data(), b, l, lengths.data(), 11, 4, stream.get());
-    layer.backward(dx.data(), dy.data(), x.data(), stream.get());
-    stream.synchronize();
-  };
+  EncoderLayer layer(config, params.weights, params.grads, counter, options);
+  SteadyBatch<T> batch;
+  auto& [x, dy, y, dx, lengths, stream] = batch;
+  const std::size_t B = SteadyBatch<T>::B, L = SteadyBatch<T>::L;
+  const auto step = [&](std::size_t b, std::size_t l) { batch.step(layer, b, l); };
   step(B, L);
   const AllocationStats first = counter.stats();
   const std::size_t plans = gemm.plans();
-  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = d_grads.copy_to_host();
+  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = params.d_grads.copy_to_host();
   step(B, L);
   EXPECT_EQ(counter.stats().allocations, first.allocations);
   EXPECT_EQ(counter.stats().allocations, 1u);
   EXPECT_EQ(gemm.plans(), plans);
   EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   step(3, 7);  // a smaller batch: new GEMM plans (host), still no device allocation
   EXPECT_EQ(counter.stats().allocations, 1u);
   // Above the plan: refused with both numbers.
@@ -329,54 +309,26 @@ TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
 TEST(BaselineEncoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
   SEQBENCH_REQUIRE_GPU();
   using T = __half;
-  LayerConfig config;
-  config.max_batch_tokens = 96;
-  config.max_seq_len = 24;
-  config.hidden = 20;
-  config.ffn = 45;
-  config.heads = 4;
-  config.attn_dropout = config.activation_dropout = config.hidden_dropout = 0.1;
-  config.dtype = DType::f16;
-  const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(config);
-  std::size_t total = 0;
-  std::vector<std::size_t> offsets;
-  for (const EncoderTensorShape& sh : shapes) {
-    offsets.push_back(total);
-    total += sh.elements();
-  }
-  DeviceBuffer<T> d_params(random_values<T>(total, 7, -0.3f, 0.3f));
-  DeviceBuffer<T> d_grads(total);
-  EncoderLayerWeights weights;
-  EncoderLayerGrads grads;
-  std::size_t i = 0;
-  for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = d_params.data() + offsets[i++]; });
-  i = 0;
-  for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = d_grads.data() + offsets[i++]; });
+  const LayerConfig config = steady_state_config();
+  SteadyStateParams<T, EncoderLayerWeights, EncoderLayerGrads> params(encoder_layer_parameter_shapes(config));
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
   CachingAllocator cache(counter);
-  BaselineEncoderLayer layer(config, weights, grads, cache);
-  const std::size_t B = 4, L = 24, H = 20;
-  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
-      dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
-  DeviceBuffer<T> y(B * L * H), dx(B * L * H);
-  DeviceBuffer<std::int32_t> lengths(std::vector<std::int32_t>{24, 3, 17, 0});
-  Stream stream;
-  const auto step = [&](std::size_t b, std::size_t l) {
-    layer.forward(y.data(), x.data(), b, l, lengths.data(), 11, 4, stream.get());
-    layer.backward(dx.data(), dy.data(), x.data(), stream.get());
-    stream.synchronize();
-  };
+  BaselineEncoderLayer layer(config, params.weights, params.grads, cache);
+  SteadyBatch<T> batch;
+  auto& [x, dy, y, dx, lengths, stream] = batch;
+  const std::size_t B = SteadyBatch<T>::B, L = SteadyBatch<T>::L;
+  const auto step = [&](std::size_t b, std::size_t l) { batch.step(layer, b, l); };
   step(B, L);
   const std::uint64_t allocations = counter.stats().allocations;
-  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = d_grads.copy_to_host();
+  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = params.d_grads.copy_to_host();
   EXPECT_EQ(layer.saved_bytes(), 0u);
   EXPECT_EQ(cache.stats().allocated_bytes, CachingAllocator::round_size(kGemmWorkspaceBytes));
   step(B, L);
   EXPECT_EQ(counter.stats().allocations, allocations);
   EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   // retain_graph: two backwards of one forward, the same bits as the consuming one.
   layer.forward(y.data(), x.data(), B, L, lengths.data(), 11, 4, stream.get());
   layer.backward(dx.data(), dy.data(), x.data(), stream.get(), true);
@@ -384,7 +336,7 @@ TEST(BaselineEncoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
   layer.backward(dx.data(), dy.data(), x.data(), stream.get(), true);
   stream.synchronize();
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
-  EXPECT_TRUE(operators::check_util::same_bits(d_grads.copy_to_host(), g1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
   layer.backward(dx.data(), dy.data(), x.data(), stream.get());  // consumes the graph
   stream.synchronize();
   EXPECT_EQ(layer.saved_bytes(), 0u);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +13,8 @@
 #include "layers/encoder_layer.h"
 #include "layers/memory_planner.h"
 #include "tests/common/expect_error.h"
+#include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
@@ -21,41 +22,8 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
-// Host memory in place of the device: the layer only hands the block's addresses to kernels,
-// which these tests never reach.
-class HostBackend final : public DeviceAllocator {
- public:
-  void* allocate(std::size_t bytes) override { return ::operator new (bytes, std::align_val_t{256}); }
-  void deallocate(void* ptr) noexcept override {
-    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{256});
-  }
-};
-
-LayerConfig small_config() {
-  LayerConfig c;
-  c.max_batch_tokens = 64;
-  c.max_seq_len = 16;
-  c.hidden = 12;
-  c.ffn = 37;
-  c.heads = 3;
-  c.attn_dropout = 0.1;
-  c.activation_dropout = 0.1;
-  c.hidden_dropout = 0.1;
-  c.dtype = DType::f16;
-  return c;
-}
-
-// Distinct non-null addresses that are never dereferenced.
-struct FakeParams {
-  std::vector<char> storage = std::vector<char>(64);
-  EncoderLayerWeights weights;
-  EncoderLayerGrads grads;
-  FakeParams() {
-    int i = 0;
-    for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = storage.data() + i++; });
-    for_each_encoder_tensor(grads, [&](const char*, void*& p) { p = storage.data() + i++; });
-  }
-};
+using namespace layer_test;
+using FakeParams = FakeEncoderParams;
 
 TEST(EncoderLayerValidation, InvalidConfigIsRefusedBeforeAnyAllocation) {
   HostBackend backend;
@@ -141,25 +109,17 @@ TEST(EncoderLayerValidation, MaxScoreElementsIsTheLargestFeasibleBatchTimesLengt
   EXPECT_EQ(encoder_layer_max_score_elements(c), 2u * 5u * 5u);  // L = 5 beats L = 7 (1·49)
 }
 
-std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors) {
-  std::set<std::string> names;
-  for (const TensorLifetime& t : tensors) names.insert(t.name);
-  return names;
-}
-
 TEST(EncoderLayerValidation, DryRunFollowsTheConfig) {
   for (const bool pre : {true, false}) {
     for (const double attn_dropout : {0.0, 0.1}) {
-      LayerConfig c = small_config();
-      c.pre_layer_norm = pre;
-      c.attn_dropout = attn_dropout;
+      const LayerConfig c = small_config(pre, attn_dropout);
       EncoderLayerOptions options;
       options.prefix = "enc3.";
       options.gemm_workspace_bytes = 4096;
       std::vector<std::string> ops;
       int forward_ops = 0;
       const std::vector<TensorLifetime> tensors = encoder_layer_lifetimes(c, options, &ops, &forward_ops);
-      SCOPED_TRACE(std::string(pre ? "pre-LN" : "post-LN") + (attn_dropout > 0 ? ", attn dropout" : ""));
+      SCOPED_TRACE(variant_name(pre, attn_dropout));
       const std::set<std::string> names = names_of(tensors);
       EXPECT_EQ(names.count("enc3.attn.probs_dropped"), attn_dropout > 0 ? 1u : 0u);
       EXPECT_EQ(names.count("enc3.attn.d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);

@@ -1,7 +1,8 @@
 // The GPU layer tests' shared checking: parameters packed in one buffer (LightSeq2's layout),
-// drawn with unit-gain ranges; normwise comparison against the double reference with the
-// tolerance model documented in tests/layers/encoder_layer_test.cu; the worst observed ratios,
-// printed for the GPU session.
+// drawn with unit-gain ranges; the decoder layer's packed parameters and gradients as the
+// reference's; normwise comparison against the double reference with the tolerance model
+// documented in tests/layers/encoder_layer_test.cu; the worst observed ratios, printed for the
+// GPU session.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 
 #include "core/dtype.h"
 #include "layers/config.h"
+#include "layers/decoder_layer.h"
 #include "layers/layer_run.h"
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
@@ -132,6 +134,67 @@ inline ref::TransformerLayerConfig ref_config(const LayerConfig& c) {
   rc.activation_dropout = c.activation_dropout;
   rc.hidden_dropout = c.hidden_dropout;
   return rc;
+}
+
+// Reference parameters of one decoder layer from its packed host values (in the order of
+// decoder_layer_parameter_shapes). The fused QKV [3H, H] is the query, key and value rows; the
+// cross-attention's K/V projection [2H, H] the key and value rows.
+template <class T>
+ref::DecoderLayerParams decoder_ref_params(const std::vector<T>& params,
+                                           const std::vector<DecoderTensorShape>& shapes,
+                                           const std::vector<std::size_t>& offsets, ref::Index Hi) {
+  const auto host_param = [&](std::size_t i) { return slice(params, offsets[i], shapes[i].elements()); };
+  const auto vec = [&](std::size_t i) { return operators::check_util::to_vector(host_param(i)); };
+  const auto mat = [&](std::size_t i) {
+    return operators::check_util::to_matrix(host_param(i), static_cast<ref::Index>(shapes[i].rows),
+                                            static_cast<ref::Index>(shapes[i].cols));
+  };
+  ref::DecoderLayerParams rp;
+  rp.self_attention.norm = {vec(0), vec(1)};
+  const ref::Matrix wqkv = mat(2);
+  const ref::Vector bqkv = vec(3);
+  rp.self_attention.attention.q_proj = {wqkv.topRows(Hi), bqkv.head(Hi)};
+  rp.self_attention.attention.k_proj = {wqkv.middleRows(Hi, Hi), bqkv.segment(Hi, Hi)};
+  rp.self_attention.attention.v_proj = {wqkv.bottomRows(Hi), bqkv.tail(Hi)};
+  rp.self_attention.attention.out_proj = {mat(4), vec(5)};
+  rp.cross_attention.norm = {vec(6), vec(7)};
+  rp.cross_attention.attention.q_proj = {mat(8), vec(9)};
+  const ref::Matrix wkv = mat(10);
+  const ref::Vector bkv = vec(11);
+  rp.cross_attention.attention.k_proj = {wkv.topRows(Hi), bkv.head(Hi)};
+  rp.cross_attention.attention.v_proj = {wkv.bottomRows(Hi), bkv.tail(Hi)};
+  rp.cross_attention.attention.out_proj = {mat(12), vec(13)};
+  rp.ffn.norm = {vec(14), vec(15)};
+  rp.ffn.fc1 = {mat(16), vec(17)};
+  rp.ffn.fc2 = {mat(18), vec(19)};
+  return rp;
+}
+
+// The reference's decoder gradients in the packed order of decoder_layer_parameter_shapes.
+inline std::vector<std::vector<double>> decoder_ref_grads(const ref::DecoderLayerGrads& rg) {
+  const ref::DecoderLayerParams& dp = rg.dparams;
+  const ref::MhaParams& ds = dp.self_attention.attention;
+  const ref::MhaParams& dc = dp.cross_attention.attention;
+  return {flat(dp.self_attention.norm.gamma),
+          flat(dp.self_attention.norm.beta),
+          concat({flat(ds.q_proj.weight), flat(ds.k_proj.weight), flat(ds.v_proj.weight)}),
+          concat({flat(ds.q_proj.bias), flat(ds.k_proj.bias), flat(ds.v_proj.bias)}),
+          flat(ds.out_proj.weight),
+          flat(ds.out_proj.bias),
+          flat(dp.cross_attention.norm.gamma),
+          flat(dp.cross_attention.norm.beta),
+          flat(dc.q_proj.weight),
+          flat(dc.q_proj.bias),
+          concat({flat(dc.k_proj.weight), flat(dc.v_proj.weight)}),
+          concat({flat(dc.k_proj.bias), flat(dc.v_proj.bias)}),
+          flat(dc.out_proj.weight),
+          flat(dc.out_proj.bias),
+          flat(dp.ffn.norm.gamma),
+          flat(dp.ffn.norm.beta),
+          flat(dp.ffn.fc1.weight),
+          flat(dp.ffn.fc1.bias),
+          flat(dp.ffn.fc2.weight),
+          flat(dp.ffn.fc2.bias)};
 }
 
 }  // namespace seqbench::layers::layer_check
