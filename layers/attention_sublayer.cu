@@ -245,8 +245,10 @@ void AttentionSublayer<T>::forward(LayerRun<T>& r, T* out, const T* x, const T* 
   T* q_heads = r.act(ids.q_heads, s.P * s.rows * s.H);
   kernels::launch_qkv_bias_split_fwd<T>(q_heads, q_raw, as<T>(w.q_bias), s.heads(s.Lq, s.P), stream);
   const T* q = q_heads;
-  const T* k = q_heads + s.rows * s.H;
-  const T* v = q_heads + 2 * s.rows * s.H;
+  // Self-attention: K and V follow Q in the [3, B, N, L, d] block. Cross-attention's q_heads holds
+  // Q alone (P = 1), so its K and V are set below, never formed past q_heads' end.
+  const T* k = s.cross ? nullptr : q_heads + s.rows * s.H;
+  const T* v = s.cross ? nullptr : q_heads + 2 * s.rows * s.H;
   if (s.cross && ids.external_kv) {
     k = kv_source;  // the caller's K/V heads [2, B, N, S, d]
     v = kv_source + s.kv_rows * s.H;
@@ -336,8 +338,8 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
   r.op(n + "context_gemm_bwd");
   const T* q_heads = r.act(ids.q_heads, s.P * s.rows * s.H);
   const T* q = q_heads;
-  const T* k = q_heads + s.rows * s.H;
-  const T* v = q_heads + 2 * s.rows * s.H;
+  const T* k = s.cross ? nullptr : q_heads + s.rows * s.H;  // cross: set below (q_heads is Q alone)
+  const T* v = s.cross ? nullptr : q_heads + 2 * s.rows * s.H;
   // Self: d_q_heads [3, B, N, L, d] holds dQ, dK, dV. Cross: dK, dV go to d_kv_heads
   // [2, B, N, S, d] and d_q_heads (dQ alone) is first written by the scores backward.
   T* d_q_heads = nullptr;
