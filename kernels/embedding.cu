@@ -842,6 +842,13 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     require_disjoint(y, y_bytes, workspace, need, op, "y", "workspace");
     require_disjoint(workspace, need, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op,
                      "workspace", "tokens");
+    // The pre-pass kernels write the workspace before the lookup reads the tables.
+    require_disjoint(workspace, need, token_table, table_bytes<T>(shape.vocab, shape.hidden), op, "workspace",
+                     "token_table");
+    if (learned) {
+      require_disjoint(workspace, need, position_table, table_bytes<T>(shape.num_positions, shape.hidden), op,
+                       "workspace", "position_table");
+    }
   }
   auto* base = static_cast<unsigned char*>(workspace);
   const std::int32_t* positions = nullptr;
@@ -905,6 +912,8 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
                        op, "d_position_table", "workspace");
     }
     require_disjoint(workspace, need, tokens, need, op, "workspace", "tokens");
+    // The positions pre-pass writes the workspace before the scatter reads dy.
+    require_disjoint(workspace, need, dy, table_bytes<T>(n, shape.hidden), op, "workspace", "dy");
   }
   SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
   if (learned && shape.num_positions > 0) {

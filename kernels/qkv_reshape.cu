@@ -308,9 +308,10 @@ void require_heads_shape(const HeadsShape& s, const char* op) {
 }
 
 StridedCopy4 heads_strided_copy(const HeadsShape& s, bool to_heads) {
-  const std::int64_t d = s.head_dim(), L = s.len, N = s.heads, cols = s.cols();
+  const std::int64_t d = s.head_dim(), L = s.len, N = s.heads;
   const std::int64_t heads_stride[4] = {N * L * d, L * d, d, 1};  // [B, N, L, d] contiguous
-  const std::int64_t proj_stride[4] = {L * cols, d, cols, 1};     // a column block of projected
+  const std::int64_t ld = s.ld();                                 // projected's row pitch
+  const std::int64_t proj_stride[4] = {L * ld, d, ld, 1};         // a column block of projected
   const std::int64_t dims[4] = {s.batch, N, L, d};
   StridedCopy4 c;
   for (int k = 0; k < 4; ++k) {

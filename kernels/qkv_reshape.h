@@ -157,8 +157,8 @@ void launch_strided_copy(T* out, const T* in, const StridedCopy4& copy, cudaStre
 
 // The baseline's per-projection copy (host only): to_heads = true gives the StridedCopy4 of
 // `.view(B, L, N, d).transpose(1, 2).contiguous()` of one column block of projected [rows, P·H]
-// into [B, N, L, d] (dims (b, n, l, j)); to_heads = false its inverse. Projection p's copy starts
-// at projected + p·H and at heads + p·rows·H (the layout of the fused kernels' [P, B, N, L, d]).
+// (row pitch shape.ld()) into [B, N, L, d] (dims (b, n, l, j)); to_heads = false its inverse. Projection p's
+// copy starts at projected + p·H and at heads + p·rows·H (the layout of the fused kernels' [P, B, N, L, d]).
 StridedCopy4 heads_strided_copy(const HeadsShape& shape, bool to_heads);
 
 }  // namespace seqbench::kernels

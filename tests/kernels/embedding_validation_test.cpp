@@ -203,6 +203,24 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
                                            nullptr);
       },
       "embedding_bwd_atomic: workspace of 0 bytes, needs 32");
+  // The pre-pass kernels write the workspace before the tables and dy are read.
+  expect_error(
+      [&] {
+        launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, const_cast<float*>(table), 256,
+                                    nullptr);
+      },
+      "embedding_fwd: output workspace overlaps input token_table");
+  expect_error(
+      [&] {
+        launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, const_cast<float*>(pos), 256, nullptr);
+      },
+      "embedding_fwd: output workspace overlaps input position_table");
+  expect_error(
+      [&] {
+        launch_embedding_bwd_atomic<float>(y, nullptr, fake<float>(10), tokens, s, sinus, fake<float>(10), 32,
+                                           nullptr);
+      },
+      "embedding_bwd_atomic: output workspace overlaps input dy");
 
   __nv_bfloat16* dt = fake<__nv_bfloat16>(5);
   __nv_bfloat16* dp = fake<__nv_bfloat16>(6);

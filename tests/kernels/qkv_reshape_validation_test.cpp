@@ -97,6 +97,28 @@ TEST(HeadsShape, ProjectedLeadingDimension) {
             qkv_bias_split_bwd_workspace_bytes(shape(7, 9, 3, 1023, 2)));
 }
 
+// The baseline's strided copy of one projection's column block follows the row pitch too:
+// [B, L, N, d] with strides (L·ld, d, ld, 1) on the projected side, packed on the heads side.
+TEST(HeadsShape, StridedCopyFollowsTheRowPitch) {
+  HeadsShape s = shape(3, 5, 4, 64, 2);  // d = 16, P·H = 128
+  s.projected_ld = 384;
+  const StridedCopy4 to_heads = heads_strided_copy(s, true);
+  const std::int64_t dims[4] = {3, 4, 5, 16}, heads[4] = {4 * 5 * 16, 5 * 16, 16, 1},
+                     projected[4] = {5 * 384, 16, 384, 1};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(to_heads.dims[k], dims[k]) << k;
+    EXPECT_EQ(to_heads.out_stride[k], heads[k]) << k;
+    EXPECT_EQ(to_heads.in_stride[k], projected[k]) << k;
+  }
+  const StridedCopy4 back = heads_strided_copy(s, false);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(back.in_stride[k], heads[k]) << k;
+    EXPECT_EQ(back.out_stride[k], projected[k]) << k;
+  }
+  s.projected_ld = 0;  // packed: the pitch is P·H
+  EXPECT_EQ(heads_strided_copy(s, true).in_stride[2], 128);
+}
+
 // With a stride, the overlap checks cover the projected side's whole span (gaps included), and
 // every launcher refuses a bad stride before any CUDA call.
 TEST(QkvReshapeLaunchers, StridedProjectedSide) {
