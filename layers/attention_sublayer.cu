@@ -8,6 +8,7 @@
 #include "kernels/qkv_reshape.h"
 #include "layers/attention_sublayer.h"
 #include "layers/gemm_shapes.h"
+#include "layers/residual_wrapper.h"
 
 namespace seqbench::layers {
 
@@ -110,13 +111,7 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& id, TensorId d_o
   const bool pre = plan.config().pre_layer_norm;
   const bool attn_drop = plan.config().attn_dropout > 0.0;
 
-  TensorId d_sub = d_out;
-  if (!pre) {
-    id.d_residual = plan.act(a + "d_residual", T * H);
-    id.ln_ws = plan.bytes(a + "ln_bwd_ws", plan.layernorm_bwd_ws());
-    plan.op(a + "ln_bwd", {d_out, id.residual, id.ln_mean, id.ln_rstd}, {id.d_residual, id.ln_ws});
-    d_sub = id.d_residual;
-  }
+  const TensorId d_sub = plan_residual_sum_grad(plan, a, id, d_out, pre);
   id.d_out_raw = plan.act(a + "d_out_raw", T * H);
   id.bdr_ws = plan.bytes(a + "bias_dropout_residual_bwd_ws", plan.bias_dropout_residual_bwd_ws());
   plan.op(a + "bias_dropout_residual_bwd", {d_sub}, {id.d_out_raw, id.bdr_ws});
@@ -161,14 +156,7 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& id, TensorId d_o
   id.d_q_in = plan.act(a + "d_" + qs + "_in", T * H);
   const TensorId in = pre ? id.ln_out : id.x;
   plan.gemm_op(a + qs + "_gemm_bwd", {id.d_q, in}, {id.d_q_in});
-  if (pre) {
-    id.d_ln_in = plan.act(a + "d_ln_in", T * H);
-    id.ln_ws = plan.bytes(a + "ln_bwd_ws", plan.layernorm_bwd_ws());
-    plan.op(a + "ln_bwd", {id.d_q_in, id.x, id.ln_mean, id.ln_rstd}, {id.d_ln_in, id.ln_ws});
-    plan.op(a + "residual_add_bwd", {id.d_ln_in, d_out}, {d_x});
-  } else {
-    plan.op(a + "residual_add_bwd", {id.d_q_in, id.d_residual}, {d_x});
-  }
+  plan_input_grad(plan, a, id, id.d_q_in, d_out, d_x, pre);
 }
 
 namespace {
@@ -309,18 +297,8 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
   const std::string& n = ids.name;
   const std::string qs = q_stem(ids.kind);
   cudaStream_t stream = r.stream();
-  const T* d_sub = d_out;
-  T* d_residual = nullptr;
-  if (!s.pre) {
-    r.op(n + "ln_bwd");
-    d_residual = r.act(ids.d_residual, s.rows * s.H);
-    const std::size_t need = kernels::layernorm_backward_workspace_bytes(s.rows, s.Hi);
-    kernels::launch_layernorm_backward<T>(d_residual, as<T>(g.ln_gamma), as<T>(g.ln_beta), d_out,
-                                          r.act(ids.residual, s.rows * s.H), as<T>(w.ln_gamma),
-                                          r.stat(ids.ln_mean, s.rows), r.stat(ids.ln_rstd, s.rows), s.rows,
-                                          s.Hi, r.workspace(ids.ln_ws, need), need, stream);
-    d_sub = d_residual;
-  }
+  const WrapperNorm norm{w.ln_gamma, g.ln_gamma, g.ln_beta};
+  const T* d_sub = run_residual_sum_grad<T>(r, ids, norm, d_out, s.rows, s.Hi, s.pre);
   r.op(n + "bias_dropout_residual_bwd");
   T* d_out_raw = r.act(ids.d_out_raw, s.rows * s.H);
   {
@@ -409,19 +387,7 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
   const T* in = s.pre ? r.act(ids.ln_out, s.rows * s.H) : x;
   r.gemm(linear_dx(d_q, w.q_weight, d_q_in, s.rows, s.P * s.H, s.H));
   r.gemm(linear_dw(d_q, in, g.q_weight, s.rows, s.P * s.H, s.H));
-  if (s.pre) {
-    r.op(n + "ln_bwd");
-    T* d_ln = r.act(ids.d_ln_in, s.rows * s.H);
-    const std::size_t need = kernels::layernorm_backward_workspace_bytes(s.rows, s.Hi);
-    kernels::launch_layernorm_backward<T>(
-        d_ln, as<T>(g.ln_gamma), as<T>(g.ln_beta), d_q_in, x, as<T>(w.ln_gamma), r.stat(ids.ln_mean, s.rows),
-        r.stat(ids.ln_rstd, s.rows), s.rows, s.Hi, r.workspace(ids.ln_ws, need), need, stream);
-    r.op(n + "residual_add_bwd");
-    kernels::launch_residual_add<T>(d_x, d_ln, d_out, s.rows, s.H, stream);
-  } else {
-    r.op(n + "residual_add_bwd");
-    kernels::launch_residual_add<T>(d_x, d_q_in, d_residual, s.rows, s.H, stream);
-  }
+  run_input_grad<T>(r, ids, norm, d_x, d_q_in, d_out, d_sub, x, s.rows, s.Hi, s.pre);
 }
 
 #define SEQBENCH_ATTENTION_SUBLAYER(T) template struct AttentionSublayer<T>;

@@ -6,6 +6,7 @@
 #include "kernels/layernorm.h"
 #include "layers/ffn_sublayer.h"
 #include "layers/gemm_shapes.h"
+#include "layers/residual_wrapper.h"
 
 namespace seqbench::layers {
 
@@ -49,13 +50,7 @@ void record_ffn_backward(PlanBuilder& plan, FfnIds& id, TensorId d_out, TensorId
   const std::size_t H = plan.hidden();
   const std::size_t F = plan.ffn();
   const bool pre = plan.config().pre_layer_norm;
-  TensorId d_sub = d_out;
-  if (!pre) {
-    id.d_residual = plan.act(f + "d_residual", T * H);
-    id.ln_ws = plan.bytes(f + "ln_bwd_ws", plan.layernorm_bwd_ws());
-    plan.op(f + "ln_bwd", {d_out, id.residual, id.ln_mean, id.ln_rstd}, {id.d_residual, id.ln_ws});
-    d_sub = id.d_residual;
-  }
+  const TensorId d_sub = plan_residual_sum_grad(plan, f, id, d_out, pre);
   id.d_ff2_raw = plan.act(f + "d_ff2_raw", T * H);
   id.bdr_ws = plan.bytes(f + "bias_dropout_residual_bwd_ws", plan.bias_dropout_residual_bwd_ws());
   plan.op(f + "bias_dropout_residual_bwd", {d_sub}, {id.d_ff2_raw, id.bdr_ws});
@@ -66,14 +61,7 @@ void record_ffn_backward(PlanBuilder& plan, FfnIds& id, TensorId d_out, TensorId
   plan.op(f + "bias_act_dropout_bwd", {id.d_act, id.ff1_raw}, {id.d_ff1, id.bad_ws});
   id.d_ff1_in = plan.act(f + "d_ff1_in", T * H);
   plan.gemm_op(f + "ff1_gemm_bwd", {id.d_ff1, pre ? id.ln_out : id.x}, {id.d_ff1_in});
-  if (pre) {
-    id.d_ln_in = plan.act(f + "d_ln_in", T * H);
-    id.ln_ws = plan.bytes(f + "ln_bwd_ws", plan.layernorm_bwd_ws());
-    plan.op(f + "ln_bwd", {id.d_ff1_in, id.x, id.ln_mean, id.ln_rstd}, {id.d_ln_in, id.ln_ws});
-    plan.op(f + "residual_add_bwd", {id.d_ln_in, d_out}, {d_x});
-  } else {
-    plan.op(f + "residual_add_bwd", {id.d_ff1_in, id.d_residual}, {d_x});
-  }
+  plan_input_grad(plan, f, id, id.d_ff1_in, d_out, d_x, pre);
 }
 
 template <class T>
@@ -125,18 +113,8 @@ void FfnSublayer<T>::backward(LayerRun<T>& r, T* d_x, const T* d_out, const T* x
   const int Hi = config.hidden;
   const bool pre = config.pre_layer_norm;
   cudaStream_t stream = r.stream();
-  const T* d_sub = d_out;
-  T* d_residual = nullptr;
-  if (!pre) {
-    r.op(n + "ln_bwd");
-    d_residual = r.act(ids.d_residual, rows * H);
-    const std::size_t need = kernels::layernorm_backward_workspace_bytes(rows, Hi);
-    kernels::launch_layernorm_backward<T>(d_residual, as<T>(g.ln_gamma), as<T>(g.ln_beta), d_out,
-                                          r.act(ids.residual, rows * H), as<T>(w.ln_gamma),
-                                          r.stat(ids.ln_mean, rows), r.stat(ids.ln_rstd, rows), rows, Hi,
-                                          r.workspace(ids.ln_ws, need), need, stream);
-    d_sub = d_residual;
-  }
+  const WrapperNorm norm{w.ln_gamma, g.ln_gamma, g.ln_beta};
+  const T* d_sub = run_residual_sum_grad<T>(r, ids, norm, d_out, rows, Hi, pre);
   r.op(n + "bias_dropout_residual_bwd");
   T* d_ff2 = r.act(ids.d_ff2_raw, rows * H);
   {
@@ -161,19 +139,7 @@ void FfnSublayer<T>::backward(LayerRun<T>& r, T* d_x, const T* d_out, const T* x
   const T* in = pre ? r.act(ids.ln_out, rows * H) : x;
   r.gemm(linear_dx(d_ff1, w.fc1_weight, d_ff1_in, rows, F, H));
   r.gemm(linear_dw(d_ff1, in, g.fc1_weight, rows, F, H));
-  if (pre) {
-    r.op(n + "ln_bwd");
-    T* d_ln = r.act(ids.d_ln_in, rows * H);
-    const std::size_t need = kernels::layernorm_backward_workspace_bytes(rows, Hi);
-    kernels::launch_layernorm_backward<T>(
-        d_ln, as<T>(g.ln_gamma), as<T>(g.ln_beta), d_ff1_in, x, as<T>(w.ln_gamma), r.stat(ids.ln_mean, rows),
-        r.stat(ids.ln_rstd, rows), rows, Hi, r.workspace(ids.ln_ws, need), need, stream);
-    r.op(n + "residual_add_bwd");
-    kernels::launch_residual_add<T>(d_x, d_ln, d_out, rows, H, stream);
-  } else {
-    r.op(n + "residual_add_bwd");
-    kernels::launch_residual_add<T>(d_x, d_ff1_in, d_residual, rows, H, stream);
-  }
+  run_input_grad<T>(r, ids, norm, d_x, d_ff1_in, d_out, d_sub, x, rows, Hi, pre);
 }
 
 #define SEQBENCH_FFN_SUBLAYER(T) template struct FfnSublayer<T>;
