@@ -1,7 +1,7 @@
-#include <algorithm>
+// The encoder layer's experiments (Fig. 19: forward and backward, baseline vs managed, over
+// sequence lengths) and Fig. 20's memory loop (see suites/suite_layers.h for both contracts).
 #include <cmath>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -16,94 +16,31 @@
 #include "layers/caching_allocator.h"
 #include "layers/device_allocator.h"
 #include "layers/encoder_layer.h"
+#include "suites/layers/layer_experiments.h"
+#include "suites/layers/parameter_block.h"
 #include "suites/operators/check_util.h"
 #include "suites/suite_layers.h"
 
-namespace seqbench {
+namespace seqbench::layer_experiments {
 
 using layers::LayerConfig;
 
-LayerConfig layers_suite_config(DType dtype, int max_batch_tokens, int max_seq_len) {
-  LayerConfig c = layers::preset("transformer-big").layer;
-  c.max_batch_tokens = max_batch_tokens;
-  c.max_seq_len = max_seq_len;
-  c.dtype = dtype;
-  c.validate();
-  return c;
-}
-
-std::vector<int> layers_suite_lengths(bool quick) {
-  if (quick) return {64, 128};
-  return {32, 64, 128, 256};
-}
-
-int layers_suite_tokens(bool quick) {
-  return quick ? 4096 : 8192;
-}
-
-double encoder_layer_gemm_flops(const LayerConfig& config, std::int64_t batch, std::int64_t len,
-                                bool backward) {
-  const double T = static_cast<double>(batch) * static_cast<double>(len);
-  const double H = config.hidden, F = config.ffn;
-  const double forward = 2.0 * T * H * (4.0 * H + 2.0 * F) + 4.0 * static_cast<double>(batch) *
-                                                                 static_cast<double>(len) *
-                                                                 static_cast<double>(len) * H;
-  return backward ? 2.0 * forward : forward;
-}
-
-std::vector<std::pair<std::int64_t, std::int64_t>> memory_loop_shapes(std::uint64_t seed, int steps,
-                                                                      int tokens, int max_seq_len) {
-  SEQBENCH_REQUIRE(steps >= 1 && max_seq_len >= 8 && tokens >= max_seq_len,
-                   "memory_loop_shapes: steps " << steps << " (>= 1), max_seq_len " << max_seq_len
-                                                << " (>= 8), tokens " << tokens << " (>= max_seq_len)");
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> length(8, max_seq_len);
-  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
-  for (int i = 0; i < steps; ++i) {
-    const int L = i == 0 ? max_seq_len : length(rng);
-    shapes.emplace_back(tokens / L, L);
-  }
-  return shapes;
-}
-
 namespace {
-
-constexpr std::uint64_t kParamSeed = 0x1a7e5, kInputSeed = 0x1a7e6, kDropoutSeed = 0xd50;
 
 // Device parameters, gradients and activations of one encoder layer, and the views into them.
 template <class T>
 struct LayerData {
-  DeviceBuffer<T> params, grads, x, y, dy, dx;
+  ParameterBlock<T> block;
+  DeviceBuffer<T> x, y, dy, dx;
   layers::EncoderLayerWeights weights;
   layers::EncoderLayerGrads grad_views;
 
-  LayerData(const LayerConfig& c, std::size_t rows) {
-    const std::vector<layers::EncoderTensorShape> shapes = layers::encoder_layer_parameter_shapes(c);
-    std::size_t total = 0;
-    for (const auto& s : shapes) total += s.elements();
-    params = DeviceBuffer<T>(total);
-    grads = DeviceBuffer<T>(total);
-    grads.fill_bytes(0);
-    // Weights U(-1/√in, 1/√in) (unit-gain projections), LayerNorm gamma 1 ± 0.5, biases and beta
-    // small: realistic activations, no overflow in f16.
-    std::size_t offset = 0, i = 0;
-    std::vector<std::size_t> offsets;
-    for (const auto& s : shapes) {
-      offsets.push_back(offset);
-      const bool gamma = s.name.find("gamma") != std::string::npos;
-      const float r = s.rows > 1 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.cols))) : 0.05f;
-      const std::vector<T> host = operators::check_util::random_values<T>(
-          s.elements(), kParamSeed + i++, gamma ? 0.5f : -r, gamma ? 1.5f : r);
-      SEQBENCH_CUDA_CHECK(
-          cudaMemcpy(params.data() + offset, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-      offset += s.elements();
-    }
+  LayerData(const LayerConfig& c, std::size_t rows)
+      : block(layers::encoder_layer_parameter_shapes(c), kParamSeed) {
+    std::size_t i = 0;
+    layers::for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = block.param(i++); });
     i = 0;
-    layers::for_each_encoder_tensor(weights,
-                                    [&](const char*, const void*& p) { p = params.data() + offsets[i++]; });
-    i = 0;
-    layers::for_each_encoder_tensor(grad_views,
-                                    [&](const char*, void*& p) { p = grads.data() + offsets[i++]; });
+    layers::for_each_encoder_tensor(grad_views, [&](const char*, void*& p) { p = block.grad(i++); });
     const std::size_t n = rows * static_cast<std::size_t>(c.hidden);
     x = DeviceBuffer<T>(n);
     dy = DeviceBuffer<T>(n);
@@ -310,36 +247,28 @@ std::vector<CheckResult> memory_checks(bool quick, std::uint64_t seed) {
 
 }  // namespace
 
-SuiteSpec layers_suite(const SuiteOptions& options) {
-  SuiteSpec suite;
-  suite.name = "layers";
-  suite.description =
-      "LightSeq2 Fig. 19/20: the Transformer-Big encoder layer, forward and backward, eager-like baseline "
-      "(unfused kernels, caching allocator, uint8 masks) against the managed fused layer over sequence "
-      "lengths; GPU checks: peak device memory and allocation counts over a variable-length training loop";
-  suite.needs_gpu = true;
+void add_encoder_experiments(SuiteSpec& suite, const SuiteOptions& options) {
   const int tokens = layers_suite_tokens(options.quick);
   const std::vector<int> lengths = layers_suite_lengths(options.quick);
   for (const DType dtype : {DType::f16, DType::bf16})
     for (const bool backward : {false, true})
       for (const int L : lengths)
         suite.experiments.push_back(timing_experiment(dtype, tokens, lengths.back(), L, backward));
-  const bool quick = options.quick;
-  suite.gpu_checks = [quick](std::uint64_t seed) {
-    std::vector<CheckResult> all;
-    for (const DType dtype : {DType::f16, DType::bf16}) {
-      auto some = dispatch_dtype(dtype, [&](auto tag) -> std::vector<CheckResult> {
-        using T = decltype(tag);
-        if constexpr (std::is_same_v<T, float>)
-          return {};
-        else
-          return memory_checks<T>(quick, seed);
-      });
-      all.insert(all.end(), some.begin(), some.end());
-    }
-    return all;
-  };
-  return suite;
 }
 
-}  // namespace seqbench
+std::vector<CheckResult> encoder_memory_checks(bool quick, std::uint64_t seed) {
+  std::vector<CheckResult> all;
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    auto some = dispatch_dtype(dtype, [&](auto tag) -> std::vector<CheckResult> {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float>)
+        return {};
+      else
+        return memory_checks<T>(quick, seed);
+    });
+    all.insert(all.end(), some.begin(), some.end());
+  }
+  return all;
+}
+
+}  // namespace seqbench::layer_experiments

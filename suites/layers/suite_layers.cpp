@@ -1,0 +1,85 @@
+// The layers suite: its shared helpers (config, lengths, FLOPs, the memory loop's shapes) and the
+// assembly of the per-layer files in suites/layers/.
+#include "suites/suite_layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "suites/layers/layer_experiments.h"
+
+namespace seqbench {
+
+using layers::LayerConfig;
+
+LayerConfig layers_suite_config(DType dtype, int max_batch_tokens, int max_seq_len) {
+  LayerConfig c = layers::preset("transformer-big").layer;
+  c.max_batch_tokens = max_batch_tokens;
+  c.max_seq_len = max_seq_len;
+  c.dtype = dtype;
+  c.validate();
+  return c;
+}
+
+std::vector<int> layers_suite_lengths(bool quick) {
+  if (quick) return {64, 128};
+  return {32, 64, 128, 256};
+}
+
+int layers_suite_tokens(bool quick) {
+  return quick ? 4096 : 8192;
+}
+
+double encoder_layer_gemm_flops(const LayerConfig& config, std::int64_t batch, std::int64_t len,
+                                bool backward) {
+  const double T = static_cast<double>(batch) * static_cast<double>(len);
+  const double H = config.hidden, F = config.ffn;
+  const double forward = 2.0 * T * H * (4.0 * H + 2.0 * F) + 4.0 * static_cast<double>(batch) *
+                                                                 static_cast<double>(len) *
+                                                                 static_cast<double>(len) * H;
+  return backward ? 2.0 * forward : forward;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> memory_loop_shapes(std::uint64_t seed, int steps,
+                                                                      int tokens, int max_seq_len) {
+  SEQBENCH_REQUIRE(steps >= 1 && max_seq_len >= 8 && tokens >= max_seq_len,
+                   "memory_loop_shapes: steps " << steps << " (>= 1), max_seq_len " << max_seq_len
+                                                << " (>= 8), tokens " << tokens << " (>= max_seq_len)");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> length(8, max_seq_len);
+  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
+  for (int i = 0; i < steps; ++i) {
+    const int L = i == 0 ? max_seq_len : length(rng);
+    shapes.emplace_back(tokens / L, L);
+  }
+  return shapes;
+}
+
+SuiteSpec layers_suite(const SuiteOptions& options) {
+  SuiteSpec suite;
+  suite.name = "layers";
+  suite.description =
+      "LightSeq2 Fig. 19/20: Transformer-Big layers, forward and backward, eager-like baseline "
+      "(unfused kernels, caching allocator, uint8 masks) against the managed fused layer over sequence "
+      "lengths; GPU checks: peak device memory and allocation counts over a variable-length training loop";
+  suite.needs_gpu = true;
+  layer_experiments::add_encoder_experiments(suite, options);
+  const bool quick = options.quick;
+  suite.gpu_checks = [quick](std::uint64_t seed) {
+    std::vector<CheckResult> all;
+    for (auto&& some : {layer_experiments::encoder_memory_checks(quick, seed)})
+      all.insert(all.end(), some.begin(), some.end());
+    return all;
+  };
+  return suite;
+}
+
+}  // namespace seqbench
