@@ -26,6 +26,9 @@
 //     through the same allocator (PyTorch allocates cuBLAS's workspace through its caching
 //     allocator, once per handle).
 //
+// The attention and FFN sub-layers are the eager sub-layers shared with BaselineDecoderLayer
+// (layers/baseline_sublayers.h).
+//
 // Op sequence, pre-LN (post-LN moves each LayerNorm after its residual add and keeps the
 // residual sum for its backward instead of the LayerNorm input):
 //   forward   ln(4 kernels) → qkv GEMM → bias_add → 3 strided copies (Q, K, V heads) → scores
