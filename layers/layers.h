@@ -1,13 +1,14 @@
 // layers/: the public header of the folder. The Transformer layers (EmbeddingLayer, EncoderLayer,
 // DecoderLayer, CriterionLayer, the encoder's and decoder's shared sub-layers, the layer-batched
-// cross-attention K/V of a decoder stack, the eager-like BaselineEncoderLayer and its caching
-// allocator) and what they are built on: the cuBLASLt GEMM, the layer configuration and model
-// presets, the device-allocation interface that counts every allocation, the dangling-tensor
-// memory planner and manager (LightSeq2 §IV-D), and the dry runs that describe each layer's
-// temporaries to the planner.
+// cross-attention K/V of a decoder stack, the eager-like BaselineEncoderLayer and
+// BaselineDecoderLayer with their shared eager sub-layers and caching allocator) and what they are
+// built on: the cuBLASLt GEMM, the layer configuration and model presets, the device-allocation
+// interface that counts every allocation, the dangling-tensor memory planner and manager
+// (LightSeq2 §IV-D), and the dry runs that describe each layer's temporaries to the planner.
 #pragma once
 
 #include "layers/attention_sublayer.h"
+#include "layers/baseline_decoder_layer.h"
 #include "layers/baseline_encoder_layer.h"
 #include "layers/caching_allocator.h"
 #include "layers/config.h"
