@@ -20,6 +20,16 @@
 // k is the longest inner dimension: 3H, ffn, the token rows B·L and B·S of the weight gradients,
 // L and S. G is a modelling assumption; the test prints the observed ratios for the GPU session;
 // a failure is to be analysed, never answered by raising G.
+//
+// The eager-like BaselineDecoderLayer (layers/baseline_decoder_layer.h) runs the same cases with
+// the same seeds (the same draws) against the same reference. It rounds to T after every one-op
+// kernel, so its depth is larger, counted as tests/layers/encoder_layer_test.cu counts the
+// baseline encoder's (28 forward: both pre-LN and post-LN LayerNorms, 2 roundings each for the
+// unfused x̂ and y, the unfused softmax 3): the cross-attention sub-layer adds LayerNorm 2, Q GEMM,
+// bias add, scores GEMM, softmax 3, probability dropout, context GEMM, out GEMM, bias add,
+// dropout, residual add, post-LN LayerNorm 2 = 16 (the K/V path, K/V GEMM and bias add from the
+// layer's input, is shorter), so n = 28 + 16 = 44 forward and n = 88 backward, the same model with
+// the same G.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +41,8 @@
 #include "core/cuda_check.h"
 #include "core/device_buffer.h"
 #include "core/dtype.h"
+#include "layers/baseline_decoder_layer.h"
+#include "layers/caching_allocator.h"
 #include "layers/decoder_layer.h"
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
@@ -50,6 +62,8 @@ using operators::check_util::to_matrix;
 constexpr std::uint64_t kSeed = 20241007;
 constexpr int kForwardRoundings = 26;
 constexpr int kBackwardRoundings = 52;
+constexpr int kBaselineForwardRoundings = 44;
+constexpr int kBaselineBackwardRoundings = 88;
 
 struct Case {
   int batch, len, src_len, hidden, heads, ffn;
@@ -84,9 +98,9 @@ std::vector<Case> cases() {
 }
 
 template <class T>
-void run_case(const Case& cs, std::uint64_t seed) {
+void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
   const DType dtype = DTypeTraits<T>::dtype;
-  const std::string where = describe_case(cs, dtype);
+  const std::string where = (baseline ? "baseline " : "") + describe_case(cs, dtype);
   SCOPED_TRACE(where);
   const int B = cs.batch, L = cs.len, S = cs.src_len, H = cs.hidden, F = cs.ffn;
   const std::size_t rows = static_cast<std::size_t>(B * L), src_rows = static_cast<std::size_t>(B * S);
@@ -126,7 +140,6 @@ void run_case(const Case& cs, std::uint64_t seed) {
   point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   CudaAllocator cuda;
   CountingAllocator counter(cuda);
-  DecoderLayer layer(config, weights, grads, counter);
   DeviceBuffer<T> d_x(x), d_enc(enc), d_dy(dy), d_y(rows * Hs), d_dx(rows * Hs), d_denc(src_rows * Hs);
   d_y.fill_bytes(0xFF);
   d_dx.fill_bytes(0xFF);
@@ -135,17 +148,31 @@ void run_case(const Case& cs, std::uint64_t seed) {
   const std::vector<std::int32_t> sl(cs.source_lengths.begin(), cs.source_lengths.end());
   DeviceBuffer<std::int32_t> d_tl(tl), d_sl(sl);
   Stream stream;
-  layer.forward(d_y.data(), d_x.data(), d_enc.data(), static_cast<std::size_t>(B),
-                static_cast<std::size_t>(L), static_cast<std::size_t>(S), tl.empty() ? nullptr : d_tl.data(),
-                sl.empty() ? nullptr : d_sl.data(), dropout_seed, 0, stream.get());
-  layer.backward(d_dx.data(), d_denc.data(), d_dy.data(), d_x.data(), d_enc.data(), stream.get());
-  stream.synchronize();
-  EXPECT_EQ(counter.stats().allocations, 1u);
+  const auto step = [&](auto& layer) {
+    layer.forward(d_y.data(), d_x.data(), d_enc.data(), static_cast<std::size_t>(B),
+                  static_cast<std::size_t>(L), static_cast<std::size_t>(S),
+                  tl.empty() ? nullptr : d_tl.data(), sl.empty() ? nullptr : d_sl.data(), dropout_seed, 0,
+                  stream.get());
+    layer.backward(d_dx.data(), d_denc.data(), d_dy.data(), d_x.data(), d_enc.data(), stream.get());
+    stream.synchronize();
+  };
+  if (baseline) {
+    CachingAllocator cache(counter);
+    BaselineDecoderLayer layer(config, weights, grads, cache);
+    step(layer);
+    // The backward freed everything the forward saved: only the GEMM workspace is in use.
+    EXPECT_EQ(layer.saved_bytes(), 0u);
+    EXPECT_EQ(cache.stats().allocated_bytes, CachingAllocator::round_size(kGemmWorkspaceBytes));
+  } else {
+    DecoderLayer layer(config, weights, grads, counter);
+    step(layer);
+    EXPECT_EQ(counter.stats().allocations, 1u);
+  }
 
   const int k_max = std::max({3 * H, F, static_cast<int>(rows), static_cast<int>(src_rows), L, S});
-  const double tol_fwd = tolerance(dtype, kForwardRoundings, k_max);
-  const double tol_bwd = tolerance(dtype, kBackwardRoundings, k_max);
-  const std::string label = "decoder";
+  const double tol_fwd = tolerance(dtype, baseline ? kBaselineForwardRoundings : kForwardRoundings, k_max);
+  const double tol_bwd = tolerance(dtype, baseline ? kBaselineBackwardRoundings : kBackwardRoundings, k_max);
+  const std::string label = baseline ? "baseline_decoder" : "decoder";
   expect_close(d_y.copy_to_host(), flat(rf.y), tol_fwd, dtype, label, "y", where);
   expect_close(d_dx.copy_to_host(), flat(rg.dx), tol_bwd, dtype, label, "dx", where);
   expect_close(d_denc.copy_to_host(), flat(rg.d_encoder_out), tol_bwd, dtype, label, "d_encoder_out", where);
@@ -159,9 +186,19 @@ void run_case(const Case& cs, std::uint64_t seed) {
 
 TEST(DecoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
   SEQBENCH_REQUIRE_GPU();
-  for_each_dtype_and_case(
-      cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) { run_case<decltype(tag)>(c, seed); });
+  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, false);
+  });
   print_worst_ratios("decoder");
+}
+
+// The eager-like baseline on the same cases and seeds (the same draws), at its rounding depth.
+TEST(BaselineDecoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
+  SEQBENCH_REQUIRE_GPU();
+  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, true);
+  });
+  print_worst_ratios("baseline_decoder");
 }
 
 // Further steps (same shapes, then smaller ones with S != L) allocate nothing on the device, make
@@ -209,6 +246,64 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("max_seq_len 24"), std::string::npos) << e.what();
   }
+}
+
+// The baseline's caching allocator: a repeated step of a shape it has seen reaches the device for
+// nothing and repeats bitwise (y, dx, d_encoder_out, the gradients); a retained graph gives the
+// same gradients on a second backward; a backward without retain_graph leaves only the GEMM
+// workspace allocated and needs a new forward.
+TEST(BaselineDecoderLayerGpu, CachedStepsAllocateNothingAndRetainGraphRepeats) {
+  SEQBENCH_REQUIRE_GPU();
+  using T = __half;
+  const LayerConfig config = steady_state_config();
+  SteadyStateParams<T, DecoderLayerWeights, DecoderLayerGrads> params(decoder_layer_parameter_shapes(config));
+  CudaAllocator cuda;
+  CountingAllocator counter(cuda);
+  CachingAllocator cache(counter);
+  BaselineDecoderLayer layer(config, params.weights, params.grads, cache);
+  const std::size_t B = 4, L = 24, S = 17, H = 20;
+  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
+      enc(random_values<T>(B * S * H, 10, -1.0f, 1.0f)), dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
+  DeviceBuffer<T> y(B * L * H), dx(B * L * H), denc(B * S * H);
+  DeviceBuffer<std::int32_t> tl(std::vector<std::int32_t>{24, 3, 17, 0}),
+      sl(std::vector<std::int32_t>{17, 1, 0, 9});
+  Stream stream;
+  const auto forward = [&] {
+    layer.forward(y.data(), x.data(), enc.data(), B, L, S, tl.data(), sl.data(), 11, 6, stream.get());
+  };
+  const auto backward = [&](bool retain) {
+    layer.backward(dx.data(), denc.data(), dy.data(), x.data(), enc.data(), stream.get(), retain);
+  };
+  forward();
+  backward(false);
+  stream.synchronize();
+  const std::uint64_t allocations = counter.stats().allocations;
+  const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), de1 = denc.copy_to_host(),
+                       g1 = params.d_grads.copy_to_host();
+  EXPECT_EQ(layer.saved_bytes(), 0u);
+  EXPECT_EQ(cache.stats().allocated_bytes, CachingAllocator::round_size(kGemmWorkspaceBytes));
+  forward();
+  backward(false);
+  stream.synchronize();
+  EXPECT_EQ(counter.stats().allocations, allocations);
+  EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
+  EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
+  EXPECT_TRUE(operators::check_util::same_bits(denc.copy_to_host(), de1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
+  // retain_graph: two backwards of one forward, the same bits as the consuming one.
+  forward();
+  backward(true);
+  EXPECT_GT(layer.saved_bytes(), 0u);
+  backward(true);
+  stream.synchronize();
+  EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
+  EXPECT_TRUE(operators::check_util::same_bits(denc.copy_to_host(), de1));
+  EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
+  backward(false);  // consumes the graph
+  stream.synchronize();
+  EXPECT_EQ(layer.saved_bytes(), 0u);
+  EXPECT_THROW(backward(false), Error);
+  EXPECT_EQ(counter.stats().allocations, allocations);
 }
 
 }  // namespace
