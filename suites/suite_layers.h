@@ -1,14 +1,22 @@
-// The `layers` suite (LightSeq2 Fig. 19 and Fig. 20): the Transformer-Big encoder layer, forward
-// and backward, the eager-like baseline (layers/baseline_encoder_layer.h: unfused kernels, a
-// caching allocator, stored uint8 masks) against the managed EncoderLayer (fused kernels, one
-// planned block), over a range of sequence lengths at a fixed number of batch tokens; and, as GPU
-// checks, Fig. 20's memory loop: peak device memory and device allocation counts of both layers
-// over training steps of variable length.
+// The `layers` suite (LightSeq2 Fig. 19 and Fig. 20): the Transformer-Big encoder and decoder
+// layers, forward and backward, each eager-like baseline (layers/baseline_encoder_layer.h,
+// layers/baseline_decoder_layer.h: unfused kernels, a caching allocator, stored uint8 masks)
+// against its managed layer (EncoderLayer, DecoderLayer: fused kernels, one planned block), over a
+// range of sequence lengths at a fixed number of batch tokens; and, as GPU checks, Fig. 20's
+// memory loop: peak device memory and device allocation counts of both encoder layers over
+// training steps of variable length.
 //
 // Experiments: encoder_fwd/<dtype>/B=<b>,L=<l> and encoder_bwd/<dtype>/B=<b>,L=<l>, dtype f16 and
 // bf16, L in {32, 64, 128, 256} at 8192 batch tokens (quick: L in {64, 128} at 4096), B = tokens/L;
 // variants "baseline" (the speedup reference) and "managed". FLOPs are the layer's GEMM FLOPs
 // (encoder_layer_gemm_flops); bytes are 0 (a layer is GEMM-bound: GB/s would say nothing).
+// decoder_fwd/<dtype>/B=<b>,L=<l> and decoder_bwd/...: the same dtypes, lengths, batch tokens and
+// variants for the decoder layer (causal self-attention, cross-attention over an encoder output
+// of S = L positions with the layer's own K/V projection, FFN; no padding), params as the
+// encoder's with layer "decoder" plus src_len; FLOPs decoder_layer_gemm_flops. Forward experiments
+// time forward(); backward experiments run one forward in prepare and time backward() (the
+// baseline keeps its graph: retain_graph); the decoder's backward writes dx, d_encoder_out and
+// every parameter gradient.
 //
 // Checks (GPU): layers/memory/<dtype>/... for f16 and bf16: a loop of kMemorySteps (quick:
 // kMemoryStepsQuick) forward + backward steps with lengths from memory_loop_lengths(seed), both
@@ -48,6 +56,18 @@ int layers_suite_tokens(bool quick);
 // GEMM): encoder_layer_gemm_flops(..., true) = 2 × the forward's.
 double encoder_layer_gemm_flops(const layers::LayerConfig& config, std::int64_t batch, std::int64_t len,
                                 bool backward);
+
+// GEMM FLOPs of one forward of a decoder layer on B sentences of L target tokens (T = B·L) over an
+// encoder output of S positions per sentence:
+//   2·T·H·4H                 self-attention: the QKV (3H) and output (H) projections
+//   + 2·T·H·2H               cross-attention: the Q and output projections
+//   + 2·B·S·H·2H             cross-attention: the K/V projection of the encoder output
+//   + 2·T·H·2·ffn            fc1 and fc2
+//   + 4·B·L²·H               self-attention scores and context (2·B·N·L²·d each)
+//   + 4·B·L·S·H              cross-attention scores [L, S] and context (2·B·N·L·S·d each)
+// The backward does twice as many: decoder_layer_gemm_flops(..., true) = 2 × the forward's.
+double decoder_layer_gemm_flops(const layers::LayerConfig& config, std::int64_t batch, std::int64_t len,
+                                std::int64_t src_len, bool backward);
 
 // Fig. 20's step shapes (batch, length): deterministic from the seed; the first step is the
 // largest (max_seq_len), the others uniform in [8, max_seq_len], batch = tokens / length.

@@ -16,6 +16,7 @@ namespace seqbench::layer_experiments {
 inline constexpr std::uint64_t kParamSeed = 0x1a7e5, kInputSeed = 0x1a7e6, kDropoutSeed = 0xd50;
 
 void add_encoder_experiments(SuiteSpec& suite, const SuiteOptions& options);
+void add_decoder_experiments(SuiteSpec& suite, const SuiteOptions& options);
 
 // Fig. 20's memory loop over the encoder layer, f16 and bf16 (see suites/suite_layers.h).
 std::vector<CheckResult> encoder_memory_checks(bool quick, std::uint64_t seed);

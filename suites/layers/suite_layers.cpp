@@ -48,6 +48,20 @@ double encoder_layer_gemm_flops(const LayerConfig& config, std::int64_t batch, s
   return backward ? 2.0 * forward : forward;
 }
 
+double decoder_layer_gemm_flops(const LayerConfig& config, std::int64_t batch, std::int64_t len,
+                                std::int64_t src_len, bool backward) {
+  const double B = static_cast<double>(batch), L = static_cast<double>(len), S = static_cast<double>(src_len);
+  const double T = B * L;
+  const double H = config.hidden, F = config.ffn;
+  const double forward = 2.0 * T * H * 4.0 * H        // self-attention QKV and output
+                         + 2.0 * T * H * 2.0 * H      // cross-attention Q and output
+                         + 2.0 * B * S * H * 2.0 * H  // cross-attention K/V of the encoder output
+                         + 2.0 * T * H * 2.0 * F      // fc1 and fc2
+                         + 4.0 * B * L * L * H        // self-attention scores and context
+                         + 4.0 * B * L * S * H;       // cross-attention scores and context
+  return backward ? 2.0 * forward : forward;
+}
+
 std::vector<std::pair<std::int64_t, std::int64_t>> memory_loop_shapes(std::uint64_t seed, int steps,
                                                                       int tokens, int max_seq_len) {
   SEQBENCH_REQUIRE(steps >= 1 && max_seq_len >= 8 && tokens >= max_seq_len,
@@ -72,6 +86,7 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
       "lengths; GPU checks: peak device memory and allocation counts over a variable-length training loop";
   suite.needs_gpu = true;
   layer_experiments::add_encoder_experiments(suite, options);
+  layer_experiments::add_decoder_experiments(suite, options);
   const bool quick = options.quick;
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;
