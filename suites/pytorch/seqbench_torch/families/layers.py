@@ -245,7 +245,8 @@ def check_padding_idx(padding_idx, vocab):
     if isinstance(padding_idx, bool) or not isinstance(padding_idx, int) or not 0 <= padding_idx < vocab:
         raise Unmapped(f"params.padding_idx = {padding_idx!r} is outside [0, vocab {vocab})")
     if first_token(padding_idx) >= vocab:
-        raise Unmapped(f"params.vocab {vocab} leaves no token id above the special ones (from {first_token(padding_idx)})")
+        raise Unmapped(f"params.vocab {vocab} leaves no token id above the special ones "
+                       f"(from {first_token(padding_idx)})")
 
 
 # --- the data (pure) ----------------------------------------------------------------------------
