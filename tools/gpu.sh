@@ -80,15 +80,15 @@ elif "$build"/suites/seqbench run "${quick[@]}" "${suites[@]}" --out "$dir" 2>&1
 else
   step "seqbench run" FAILED
 fi
-# The PyTorch baselines: only the suites it maps (operators, trainer), only where torch imports.
+# The PyTorch baselines: only the suites it maps (operators, trainer, layers), only where torch imports.
 torch_suites=()
 for ((i = 1; i < ${#suites[@]}; i += 2)); do
-  case "${suites[$i]}" in operators | trainer) torch_suites+=(--suite "${suites[$i]}") ;; esac
+  case "${suites[$i]}" in operators | trainer | layers) torch_suites+=(--suite "${suites[$i]}") ;; esac
 done
 if ! want torch; then
   step "pytorch baselines" skipped
 elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
-  step "pytorch baselines" "skipped (no operators or trainer suite requested)"
+  step "pytorch baselines" "skipped (no operators, trainer or layers suite requested)"
 elif ! python3 -c 'import torch' >/dev/null 2>&1; then
   step "pytorch baselines" "skipped (torch not importable)"
 elif python3 suites/pytorch/run.py --seqbench "$build"/suites/seqbench "${quick[@]}" "${torch_suites[@]}" \

@@ -20,6 +20,13 @@ def configure(torch, seed):
         if hasattr(dynamo.config, name):
             setattr(dynamo.config, name, max(getattr(dynamo.config, name), 4096))
     torch.backends.cuda.matmul.allow_tf32 = False
+    # The backward experiments time autograd.grad(..., retain_graph=True) of one forward, again and
+    # again; AOTAutograd's donated buffers (PyTorch >= 2.5) let the compiled backward reuse saved
+    # activations' memory and then refuse retain_graph=True. Off, so the compiled backward can rerun.
+    import torch._functorch.config as functorch_config
+
+    if hasattr(functorch_config, "donated_buffer"):
+        functorch_config.donated_buffer = False
 
 
 def measure_variant(torch, timer, plan, work):

@@ -76,6 +76,15 @@ class Command(support.ScratchTest):
         for line in lines:
             self.assertRegex(line, r"^operators/layernorm_fwd/bf16/\S+: torch_compile \(CUDA graph\)$")
 
+    def test_dry_run_maps_the_layers_suite_without_cuda_graphs(self):
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--quick", "--dry-run", "--suite", "layers",
+                           "--filter", "_bwd/", fake_torch=NO_TORCH)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = done.stdout.splitlines()
+        self.assertTrue(lines)
+        for line in lines:
+            self.assertRegex(line, r"^layers/\w+_bwd/\S+: torch_eager torch_compile$")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -14,7 +14,7 @@ def experiment(suite, name, params, inputs=None, baseline="unfused"):
 
 
 class RealList(unittest.TestCase):
-    """Every operator and trainer experiment seqbench defines today maps; nothing is silently dropped."""
+    """Every operator, trainer and layer experiment seqbench defines today maps; nothing is silently dropped."""
 
     @classmethod
     def setUpClass(cls):
@@ -24,13 +24,14 @@ class RealList(unittest.TestCase):
     def test_parses_every_suite(self):
         self.assertIn("operators", self.suites)
         self.assertIn("trainer", self.suites)
+        self.assertIn("layers", self.suites)
         self.assertGreater(len(self.suites["operators"].experiments), 50)
         self.assertLess(len(self.quick["operators"].experiments), len(self.suites["operators"].experiments))
 
     def test_every_known_family_maps(self):
         # Backwards that go through autograd cannot be captured in a CUDA graph (see their modules).
         autograd_backwards = ("cross_entropy_bwd", "embedding_bwd", "qkv_split_bwd")
-        for suite in ("operators", "trainer"):
+        for suite in ("operators", "trainer", "layers"):
             for e in self.suites[suite].experiments:
                 try:
                     plan = plan_for(e)

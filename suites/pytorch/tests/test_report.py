@@ -94,6 +94,36 @@ class Report(support.ScratchTest):
         alone = support.run_seqbench("table", mine)
         self.assertNotIn("vs torch", alone.stdout)
 
+    def test_seqbench_table_joins_the_layers_suite(self):
+        # A layer experiment: bytes 0 (GEMM-bound, no GB/s), GEMM FLOPs, variants baseline/managed.
+        name, params, flops = "encoder_fwd/bf16/B=64,L=128", {"layer": "encoder", "dtype": "bf16"}, 1.0e11
+
+        def layer_report(runner_variants, baseline, torch_side):
+            doc = copy.deepcopy(torch_report())
+            doc["suite"] = "layers"
+            doc["checks"], doc["unmapped"] = [], []
+            if not torch_side:
+                for key in ("runner", "frameworks"):
+                    del doc["meta"][key]
+                del doc["unmapped"]
+            entry = {"name": name, "params": params, "baseline": baseline,
+                     "variants": [report.make_variant(n, summarize_samples(x), 0.0, flops, 2950.0)
+                                  for n, x in runner_variants]}
+            report.finalize_speedups(entry)
+            doc["experiments"] = [entry]
+            return doc
+
+        mine = self.write("layers.json", layer_report([("baseline", [2.0]), ("managed", [1.0])], "baseline", False))
+        torch = self.write("pytorch-layers.json",
+                           layer_report([("torch_eager", [3.0]), ("torch_compile", [1.5])], "torch_eager", True))
+        done = support.run_seqbench("table", mine, torch)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("## layers (PyTorch 2.11.0)", done.stdout)
+        self.assertIn("| speedup | vs torch eager | vs torch.compile |", done.stdout)
+        # managed 1.0 ms against baseline 2.0, torch eager 3.0 and torch.compile 1.5; 100 TFLOP/s.
+        managed = next(line for line in done.stdout.splitlines() if "| managed |" in line)
+        self.assertIn("| 100 | 2.00× | 3.00× | 1.50× |", managed)
+
     def test_rates_and_speedups(self):
         e = experiment([("torch_eager", [2.0]), ("torch_compile", [0.5])], "torch_eager", 1000.0, nbytes=2e9)
         eager, compiled = e["variants"]

@@ -5,14 +5,17 @@ module whose PREFIX (or one of whose PREFIXES) equals the family or starts it fo
 ("layernorm" takes "layernorm_fwd" and "layernorm_bwd"). No match: 'no torch equivalent'.
 """
 from ..errors import Unmapped
-from . import (bias_act_dropout, bias_dropout_residual, cross_entropy, dropout, embedding, layernorm, optimizers,
-               qkv_reshape, softmax)
+from . import (bias_act_dropout, bias_dropout_residual, cross_entropy, dropout, embedding, layernorm, layers,
+               optimizers, qkv_reshape, softmax)
 
 # suite -> modules, most specific prefix first ("bias_act_dropout" before "dropout").
 FAMILIES = {
     "operators": (layernorm, softmax, bias_act_dropout, bias_dropout_residual, dropout, cross_entropy, embedding,
                   qkv_reshape),
     "trainer": (optimizers,),
+    # encoder_*, decoder_*, embedding_*, criterion_*; another layer (a GEMM epilogue, say) is
+    # 'no torch equivalent' until it gets a mapping.
+    "layers": (layers,),
 }
 
 
