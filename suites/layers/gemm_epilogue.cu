@@ -94,8 +94,9 @@
 // Unsupported epilogues: prepare() asks Gemm::has_algorithm() for both products and throws
 // seqbench::Error naming the epilogue, the dtype and the shape when cuBLASLt has none on the
 // device. The runner (suites/runner.cpp) catches it per variant, skips that benchmark, runs every
-// other experiment, and then fails the suite's run with the first error (no layers.json is
-// written); run with --filter to leave such an experiment out.
+// other experiment of the suite, and then fails the whole run with the first error: no
+// layers.json is written and the suites after it do not run (seqbench exits non-zero with the
+// message). Run with --filter to leave such an experiment out.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
