@@ -18,6 +18,10 @@ inline constexpr std::uint64_t kParamSeed = 0x1a7e5, kInputSeed = 0x1a7e6, kDrop
 void add_encoder_experiments(SuiteSpec& suite, const SuiteOptions& options);
 void add_decoder_experiments(SuiteSpec& suite, const SuiteOptions& options);
 
+// The cuBLASLt fused epilogues against a plain GEMM plus the separate kernel, at the
+// transformer-big FFN and projection shapes (suites/layers/gemm_epilogue.cu).
+void add_gemm_epilogue_experiments(SuiteSpec& suite, const SuiteOptions& options);
+
 // Fig. 20's memory loop over the encoder layer, f16 and bf16 (see suites/suite_layers.h).
 std::vector<CheckResult> encoder_memory_checks(bool quick, std::uint64_t seed);
 

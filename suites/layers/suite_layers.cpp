@@ -87,6 +87,7 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
   suite.needs_gpu = true;
   layer_experiments::add_encoder_experiments(suite, options);
   layer_experiments::add_decoder_experiments(suite, options);
+  layer_experiments::add_gemm_epilogue_experiments(suite, options);
   const bool quick = options.quick;
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;
