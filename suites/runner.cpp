@@ -150,10 +150,13 @@ void initialize_benchmark_library() {
   (void)initialized;
 }
 
-// Times the selected experiments of one suite; returns their report entries.
+// Times the selected experiments of one suite; returns their report entries. An experiment whose
+// prepare or timing throws (an epilogue the device's cuBLASLt lacks, memory) leaves the report and
+// adds a failed check "run/<suite>/<experiment>/<variant>" carrying the error to `failures`: the
+// other experiments' measurements are kept, and the run still exits non-zero.
 nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const ExperimentSpec*>& experiments,
                                 GpuTimer& timer, std::optional<double> copy_gbps, int repetitions,
-                                std::ostream& log) {
+                                std::ostream& log, std::vector<CheckResult>& failures) {
   initialize_benchmark_library();
   std::map<std::string, std::vector<double>> samples;
   std::map<std::string, std::string> errors;
@@ -197,11 +200,21 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
   // Google Benchmark does the selection: exactly the variants of the experiments chosen above.
   benchmark::RunSpecifiedBenchmarks(&reporter, "^(" + spec_alternatives + ")/");
   benchmark::ClearRegisteredBenchmarks();
-  if (!errors.empty()) SEQBENCH_FAIL(errors.begin()->first << ": " << errors.begin()->second);
+  for (const auto& [name, message] : errors) {
+    CheckResult failure;
+    failure.name = "run/" + name;
+    failure.passed = false;
+    failure.detail = "not measured: " + message;
+    failures.push_back(std::move(failure));
+  }
 
   nlohmann::json out = nlohmann::json::array();
   for (std::size_t i = 0; i < experiments.size(); ++i) {
     const ExperimentSpec* e = experiments[i];
+    bool failed = false;
+    for (const VariantSpec& v : e->variants)
+      failed = failed || errors.count(suite.name + "/" + e->name + "/" + v.name) > 0;
+    if (failed) continue;
     nlohmann::json entry = {{"name", e->name}, {"params", e->params}, {"baseline", e->baseline}};
     if (runs[i]->notes.is_object()) entry["notes"] = runs[i]->notes;
     nlohmann::json variants = nlohmann::json::array();
@@ -268,7 +281,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     }
     log << "suite '" << suite->name << "': " << experiments.size() << " experiment(s), checks ...\n"
         << std::flush;
-    const std::vector<CheckResult> checks = suite_checks(*suite, gpu, options.seed, re);
+    std::vector<CheckResult> checks = suite_checks(*suite, gpu, options.seed, re);
     std::size_t failed = 0;
     for (const CheckResult& c : checks) failed += !c.passed;
     log << "  checks: " << checks.size() - failed << " passed, " << failed << " failed\n";
@@ -276,7 +289,12 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     nlohmann::json experiments_json = nlohmann::json::array();
     if (!experiments.empty()) {
       SEQBENCH_REQUIRE(gpu, "suite '" << suite->name << "' has timed experiments but no GPU is present");
-      experiments_json = time_experiments(*suite, experiments, *timer, copy_gbps, options.repetitions, log);
+      std::vector<CheckResult> failures;
+      experiments_json =
+          time_experiments(*suite, experiments, *timer, copy_gbps, options.repetitions, log, failures);
+      for (const CheckResult& f : failures) log << "  FAILED " << f.name << ": " << f.detail << "\n";
+      failed += failures.size();
+      checks.insert(checks.end(), failures.begin(), failures.end());
     }
     const nlohmann::json accounting = suite->accounting ? suite->accounting() : nlohmann::json();
     if (experiments.empty() && checks.empty() && accounting.empty()) {

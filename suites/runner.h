@@ -37,7 +37,10 @@ struct RunResult {
 };
 
 // Throws seqbench::Error (before anything long starts) for an unknown suite, a bad regex, a bad
-// repetition count or an output folder that cannot be written.
+// repetition count or an output folder that cannot be written. An experiment that throws while it
+// is prepared or timed is left out of its suite's report and recorded there as a failed check
+// "run/<suite>/<experiment>/<variant>" with the error (counted in failed_checks), so one
+// unsupported case costs neither the other measurements nor the exit status.
 RunResult run_suites(const RunOptions& options, std::ostream& log);
 
 struct CheckOptions {
