@@ -10,6 +10,13 @@
 // variants "baseline" (the speedup reference) and "managed". FLOPs are the layer's GEMM FLOPs
 // (encoder_layer_gemm_flops); bytes are 0 (a layer is GEMM-bound: GB/s would say nothing).
 //
+// Embedding and criterion (suites/layers/embedding.cu, criterion.cu): embedding_fwd|bwd/<dtype>/
+// B=<b>,L=<l> and criterion_fwd|bwd/..., same dtypes, lengths and tokens; baseline
+// BaselineEmbeddingLayer / BaselineCriterionLayer (unfused kernels, caching allocator) against the
+// managed EmbeddingLayer / CriterionLayer; memory-bound: flops 0, bytes the operation's minimal
+// traffic (counted in each file), so the runner reports GB/s; tokens and targets padded at
+// sentence tails (about 10%), fixed seeds.
+//
 // Checks (GPU): layers/memory/<dtype>/... for f16 and bf16: a loop of kMemorySteps (quick:
 // kMemoryStepsQuick) forward + backward steps with lengths from memory_loop_lengths(seed), both
 // layers on their own counting allocators; "peak_ratio" passes when the managed layer's peak

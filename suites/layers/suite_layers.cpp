@@ -72,6 +72,8 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
       "lengths; GPU checks: peak device memory and allocation counts over a variable-length training loop";
   suite.needs_gpu = true;
   layer_experiments::add_encoder_experiments(suite, options);
+  layer_experiments::add_embedding_experiments(suite, options);
+  layer_experiments::add_criterion_experiments(suite, options);
   const bool quick = options.quick;
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;
