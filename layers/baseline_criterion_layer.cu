@@ -138,6 +138,13 @@ void BaselineCriterionLayer::check_backward(const void* dlogits, const void* log
   SEQBENCH_REQUIRE(
       !bytes_overlap(dlogits, bytes, logits, bytes),
       "BaselineCriterionLayer::backward: dlogits overlaps logits (" << bytes << " bytes each): no in-place");
+  // The scalar form launches its upstream-gradient fill before the backward's own launcher checks:
+  // what that launcher would refuse is refused here first.
+  const auto target_bytes = static_cast<std::size_t>(impl_->rows) * sizeof(std::int32_t);
+  SEQBENCH_REQUIRE(!bytes_overlap(dlogits, bytes, targets, target_bytes),
+                   "BaselineCriterionLayer::backward: dlogits (" << bytes << " bytes) overlaps targets");
+  SEQBENCH_REQUIRE(!bytes_overlap(dlogits, bytes, impl_->logp.get(), impl_->logp.bytes()),
+                   "BaselineCriterionLayer::backward: dlogits overlaps the layer's saved logp");
 }
 
 void BaselineCriterionLayer::run_backward(void* dlogits, const float* grad_loss, cudaStream_t stream,

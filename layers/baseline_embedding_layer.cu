@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -134,6 +135,17 @@ void BaselineEmbeddingLayer::forward(void* y, const std::int32_t* tokens, std::s
                    "BaselineEmbeddingLayer::forward: offset " << offset << " leaves no room for the "
                                                               << kEmbeddingLayerDropoutOffsets
                                                               << " dropout stream");
+  // The fused kernel refuses a y overlapping its inputs before it runs; the eager sequence writes y
+  // only in its last op, after the tables were read, so the same rule is checked here up front.
+  const std::size_t table_bytes =
+      static_cast<std::size_t>(config_.vocab_size) * static_cast<std::size_t>(config_.embedding_dim) * elem;
+  const std::size_t position_bytes = config_.learned()
+                                         ? static_cast<std::size_t>(config_.num_positions()) *
+                                               static_cast<std::size_t>(config_.embedding_dim) * elem
+                                         : 0;
+  SEQBENCH_REQUIRE(!bytes_overlap(y, y_bytes, weights_.token_table, table_bytes) &&
+                       !bytes_overlap(y, y_bytes, weights_.position_table, position_bytes),
+                   "BaselineEmbeddingLayer::forward: y (" << y_bytes << " bytes) overlaps a weight table");
   Impl& m = *impl_;
   m.release();  // the previous graph is dropped before this one is built
   const auto B = static_cast<std::int64_t>(batch_size), L = static_cast<std::int64_t>(seq_len);
@@ -231,6 +243,26 @@ void BaselineEmbeddingLayer::backward(const void* dy, const std::int32_t* tokens
   const std::size_t elem = dtype_size(config_.dtype);
   require_aligned(dy, elem, "backward", "dy");
   const std::int64_t N = m.batch * m.len, H = config_.embedding_dim, NH = N * H;
+  // The tables are zeroed before the scatters read dy (p = 0), the tokens and the positions: an
+  // overlap would corrupt an input before a launcher could see it, so it is refused here.
+  {
+    const std::size_t dy_bytes = static_cast<std::size_t>(NH) * elem;
+    const std::size_t tok_bytes = static_cast<std::size_t>(N) * sizeof(std::int32_t);
+    const std::size_t table_bytes =
+        static_cast<std::size_t>(config_.vocab_size) * static_cast<std::size_t>(H) * elem;
+    const std::size_t position_bytes = config_.learned() ? static_cast<std::size_t>(config_.num_positions()) *
+                                                               static_cast<std::size_t>(H) * elem
+                                                         : 0;
+    for (const auto& [grad, bytes, name] :
+         {std::tuple<const void*, std::size_t, const char*>{grads_.token_table, table_bytes,
+                                                            "grads.token_table"},
+          std::tuple<const void*, std::size_t, const char*>{grads_.position_table, position_bytes,
+                                                            "grads.position_table"}}) {
+      SEQBENCH_REQUIRE(
+          !bytes_overlap(grad, bytes, dy, dy_bytes) && !bytes_overlap(grad, bytes, tokens, tok_bytes),
+          "BaselineEmbeddingLayer::backward: " << name << " (" << bytes << " bytes) overlaps dy or tokens");
+    }
+  }
   const kernels::EmbeddingConfig kc = config_.kernel_config(m.seed, m.offset);
   const bool learned = config_.learned();
   dispatch_dtype(config_.dtype, [&](auto tag) {

@@ -95,6 +95,10 @@ TEST(BaselineEmbeddingLayerValidation, ForwardAndBackwardArgumentsAreCheckedBefo
       [&] { layer.forward(y, reinterpret_cast<const std::int32_t*>(host + 100), 2, 4, 1, 0, nullptr); },
       "overlaps tokens");
   expect_error([&] { layer.forward(y, tokens, 2, 4, 1, UINT64_MAX, nullptr); }, "leaves no room");
+  // y over a weight table (the eager sequence writes y last: refused before the first launch).
+  expect_error([&] { layer.forward(t.storage, tokens, 2, 4, 1, 0, nullptr); }, "overlaps a weight table");
+  expect_error([&] { layer.forward(t.storage + 48, tokens, 2, 4, 1, 0, nullptr); },
+               "overlaps a weight table");
   expect_error([&] { layer.backward(y, tokens, nullptr); }, "no forward() to differentiate");
   expect_error([&] { layer.backward(y, tokens, nullptr, true); }, "no forward() to differentiate");
   EXPECT_EQ(layer.saved_bytes(), 0u);
