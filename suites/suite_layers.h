@@ -18,6 +18,13 @@
 // baseline keeps its graph: retain_graph); the decoder's backward writes dx, d_encoder_out and
 // every parameter gradient.
 //
+// Embedding and criterion (suites/layers/embedding.cu, criterion.cu): embedding_fwd|bwd/<dtype>/
+// B=<b>,L=<l> and criterion_fwd|bwd/..., same dtypes, lengths and tokens; baseline
+// BaselineEmbeddingLayer / BaselineCriterionLayer (unfused kernels, caching allocator) against the
+// managed EmbeddingLayer / CriterionLayer; memory-bound: flops 0, bytes the operation's minimal
+// traffic (counted in each file), so the runner reports GB/s; tokens and targets padded at
+// sentence tails (about 10%), fixed seeds.
+//
 // Checks (GPU): layers/memory/<dtype>/... for f16 and bf16: a loop of kMemorySteps (quick:
 // kMemoryStepsQuick) forward + backward steps with lengths from memory_loop_lengths(seed), both
 // layers on their own counting allocators; "peak_ratio" passes when the managed layer's peak

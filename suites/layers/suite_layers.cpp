@@ -81,13 +81,17 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
   SuiteSpec suite;
   suite.name = "layers";
   suite.description =
-      "LightSeq2 Fig. 19/20: Transformer-Big layers, forward and backward, eager-like baseline "
-      "(unfused kernels, caching allocator, uint8 masks) against the managed fused layer over sequence "
-      "lengths; GPU checks: peak device memory and allocation counts over a variable-length training loop";
+      "LightSeq2 Fig. 19/20: the Transformer-Big embedding, encoder, decoder and criterion layers, "
+      "forward and backward, eager-like baseline (unfused kernels, caching allocator, uint8 masks) against "
+      "the managed fused layer over sequence lengths; cuBLASLt epilogues against separate kernels at the "
+      "FFN and projection GEMMs; GPU checks: the encoder's peak device memory and allocation counts over a "
+      "variable-length training loop";
   suite.needs_gpu = true;
   layer_experiments::add_encoder_experiments(suite, options);
   layer_experiments::add_decoder_experiments(suite, options);
   layer_experiments::add_gemm_epilogue_experiments(suite, options);
+  layer_experiments::add_embedding_experiments(suite, options);
+  layer_experiments::add_criterion_experiments(suite, options);
   const bool quick = options.quick;
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;

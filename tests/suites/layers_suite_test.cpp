@@ -1,20 +1,46 @@
 // The layers suite's description (CPU, no GPU touched): the experiment names and params, the
-// baseline, the GEMM FLOP formulas, the Fig. 20 loop's shapes, the suite's place in all_suites.
+// baseline, the GEMM FLOP formulas, the Fig. 20 loop's shapes, the suite's place in all_suites;
+// the embedding and criterion experiments' params, minimal bytes and deterministic inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <numeric>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "suites/experiment.h"
+#include "suites/layers/layer_experiments.h"
 #include "suites/suite_layers.h"
 
 namespace seqbench {
 namespace {
 
-bool is_encoder(const ExperimentSpec& e) {
-  return e.name.rfind("encoder_", 0) == 0;
+// The suite's experiments of one layer (params.layer), in suite order.
+std::vector<const ExperimentSpec*> of_layer(const SuiteSpec& s, const std::string& layer) {
+  std::vector<const ExperimentSpec*> out;
+  for (const ExperimentSpec& e : s.experiments)
+    if (e.params.value("layer", std::string()) == layer) out.push_back(&e);
+  return out;
+}
+
+// Every <layer>_<dir>/<dtype>/B=<b>,L=<l> name once, and nothing else of that layer.
+void expect_layer_names(const SuiteSpec& s, const std::string& layer, bool quick) {
+  const std::vector<int> lengths = layers_suite_lengths(quick);
+  const int tokens = layers_suite_tokens(quick);
+  std::set<std::string> names;
+  for (const ExperimentSpec* e : of_layer(s, layer)) EXPECT_TRUE(names.insert(e->name).second) << e->name;
+  EXPECT_EQ(names.size(), 2u * 2u * lengths.size()) << layer;
+  for (const char* dtype : {"f16", "bf16"})
+    for (const char* dir : {"fwd", "bwd"})
+      for (const int L : lengths) {
+        const std::string name =
+            layer + "_" + dir + "/" + dtype + "/B=" + std::to_string(tokens / L) + ",L=" + std::to_string(L);
+        EXPECT_EQ(names.count(name), 1u) << name;
+      }
 }
 
 TEST(LayersSuite, NamesParamsAndVariants) {
@@ -88,8 +114,8 @@ TEST(LayersSuite, GemmFlops) {
   // 206158430208 + 4294967296 = 210453397504 (≈ 0.21 TFLOP a forward).
   EXPECT_DOUBLE_EQ(fwd, 210453397504.0);
   const SuiteSpec s = layers_suite(SuiteOptions{false});
-  for (const ExperimentSpec& e : s.experiments) {
-    if (!is_encoder(e)) continue;
+  for (const ExperimentSpec* ep : of_layer(s, "encoder")) {
+    const ExperimentSpec& e = *ep;
     const bool bwd = e.params.at("direction").get<std::string>() == "bwd";
     EXPECT_DOUBLE_EQ(e.variants[0].flops,
                      encoder_layer_gemm_flops(c, e.params.at("batch").get<std::int64_t>(),
@@ -166,6 +192,135 @@ TEST(LayersSuite, RegisteredAfterTrainer) {
   ASSERT_NE(trainer, names.end());
   ASSERT_NE(trainer + 1, names.end());
   EXPECT_EQ(*(trainer + 1), "layers");
+}
+
+// The params every layer experiment carries (LAYERS_CONTRACT.md), the variants, and the inputs'
+// sentence lengths, which must agree with the counts the bytes are computed from.
+void expect_common(const ExperimentSpec& e, const std::string& layer, bool quick) {
+  const int tokens = layers_suite_tokens(quick);
+  EXPECT_EQ(e.params.at("layer").get<std::string>(), layer) << e.name;
+  const std::string dir = e.params.at("direction").get<std::string>();
+  EXPECT_TRUE(dir == "fwd" || dir == "bwd") << e.name;
+  const std::string dtype = e.params.at("dtype").get<std::string>();
+  EXPECT_TRUE(dtype == "f16" || dtype == "bf16") << e.name;
+  const auto B = e.params.at("batch").get<std::int64_t>(), L = e.params.at("seq_len").get<std::int64_t>();
+  EXPECT_EQ(e.params.at("tokens").get<std::int64_t>(), B * L);
+  EXPECT_EQ(B * L, tokens);
+  EXPECT_EQ(e.name, layer + "_" + dir + "/" + dtype + "/B=" + std::to_string(B) + ",L=" + std::to_string(L));
+  EXPECT_EQ(e.params.at("vocab").get<int>(), 32000);
+  EXPECT_EQ(e.params.at("padding_idx").get<int>(), 1);
+  EXPECT_EQ(e.baseline, "baseline");
+  ASSERT_EQ(e.variants.size(), 2u);
+  EXPECT_EQ(e.variants[0].name, "baseline");
+  EXPECT_EQ(e.variants[1].name, "managed");
+  EXPECT_TRUE(e.prepare) << e.name;
+  for (const VariantSpec& v : e.variants) {
+    EXPECT_EQ(v.flops, 0.0) << e.name;  // memory-bound: GB/s is the figure of merit
+    EXPECT_GT(v.bytes, 0.0) << e.name;
+    EXPECT_EQ(v.bytes, e.variants[0].bytes) << e.name;  // the operation's minimal bytes, not the variant's
+  }
+  const auto lengths = e.inputs.at("sentence_lengths").get<std::vector<std::int64_t>>();
+  ASSERT_EQ(lengths.size(), static_cast<std::size_t>(B));
+  for (const std::int64_t k : lengths) {
+    EXPECT_GE(k, 1);
+    EXPECT_LE(k, L);
+  }
+  const double kept = static_cast<double>(std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0}));
+  const double pad = e.params.at("pad_fraction").get<double>();
+  EXPECT_NEAR(pad, 1.0 - kept / static_cast<double>(B * L), 1e-6) << e.name;
+  // About 0.1 of the batch (the mean of uniform [0, 0.2·L] pads; 32+ sentences per batch).
+  EXPECT_GT(pad, 0.05) << e.name;
+  EXPECT_LT(pad, 0.15) << e.name;
+}
+
+TEST(LayersSuite, EmbeddingExperiments) {
+  for (const bool quick : {false, true}) {
+    const SuiteSpec s = layers_suite(SuiteOptions{quick});
+    expect_layer_names(s, "embedding", quick);
+    for (const ExperimentSpec* ep : of_layer(s, "embedding")) {
+      const ExperimentSpec& e = *ep;
+      expect_common(e, "embedding", quick);
+      const nlohmann::json& p = e.params;
+      EXPECT_EQ(p.at("hidden").get<int>(), 1024);
+      EXPECT_EQ(p.at("positions").get<std::string>(), "sinusoidal");
+      EXPECT_EQ(p.at("indexing").get<std::string>(), "nonpad_count");
+      EXPECT_EQ(p.at("position_offset").get<int>(), 2);
+      EXPECT_DOUBLE_EQ(p.at("scale").get<double>(), 32.0);
+      EXPECT_DOUBLE_EQ(p.at("dropout").get<double>(), 0.1);
+      EXPECT_TRUE(p.at("deterministic_backward").get<bool>());
+      EXPECT_EQ(p.at("max_seq_len").get<int>(), layers_suite_lengths(quick).back());
+      // Minimal bytes, by hand (suites/layers/embedding.cu): N = tokens, C non-padding, D distinct.
+      const double n = p.at("tokens").get<double>(), H = 1024, V = 32000;
+      const double C = p.at("nonpad_tokens").get<double>(), D = p.at("distinct_token_rows").get<double>();
+      const auto lengths = e.inputs.at("sentence_lengths").get<std::vector<std::int64_t>>();
+      EXPECT_EQ(C, static_cast<double>(std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0})));
+      EXPECT_LE(D, C);
+      EXPECT_GT(D, 0.5 * C);  // uniform over 32000 ids: few repeats at 4096-8192 tokens
+      const double sz = 2;    // f16 and bf16
+      if (p.at("direction").get<std::string>() == "fwd") {
+        EXPECT_DOUBLE_EQ(e.variants[0].bytes, 4 * n + D * H * sz + n * H * sz) << e.name;
+        EXPECT_DOUBLE_EQ(p.at("zero_fill_bytes").get<double>(), 0.0);
+      } else {
+        EXPECT_DOUBLE_EQ(e.variants[0].bytes, 4 * n + C * H * sz + V * H * sz) << e.name;
+        EXPECT_DOUBLE_EQ(p.at("zero_fill_bytes").get<double>(), (V - D) * H * sz);
+      }
+    }
+  }
+}
+
+TEST(LayersSuite, CriterionExperiments) {
+  for (const bool quick : {false, true}) {
+    const SuiteSpec s = layers_suite(SuiteOptions{quick});
+    expect_layer_names(s, "criterion", quick);
+    for (const ExperimentSpec* ep : of_layer(s, "criterion")) {
+      const ExperimentSpec& e = *ep;
+      expect_common(e, "criterion", quick);
+      const nlohmann::json& p = e.params;
+      EXPECT_DOUBLE_EQ(p.at("epsilon").get<double>(), 0.1);
+      EXPECT_EQ(p.at("convention").get<std::string>(), "fairseq");
+      EXPECT_DOUBLE_EQ(p.at("grad_loss_sum").get<double>(), 1.0);
+      // Minimal bytes, by hand (suites/layers/criterion.cu): N rows, C counted, V = 32000, T 2 bytes.
+      const double n = p.at("tokens").get<double>(), V = 32000, C = p.at("counted_tokens").get<double>();
+      const auto lengths = e.inputs.at("sentence_lengths").get<std::vector<std::int64_t>>();
+      EXPECT_EQ(C, static_cast<double>(std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0})));
+      if (p.at("direction").get<std::string>() == "fwd") {
+        EXPECT_DOUBLE_EQ(e.variants[0].bytes, C * V * 2 + 4 * n + 8 * n + 16) << e.name;
+      } else {
+        EXPECT_DOUBLE_EQ(e.variants[0].bytes, C * V * 2 + 4 * n + 4 * C + n * V * 2) << e.name;
+      }
+    }
+  }
+}
+
+// The shared inputs: deterministic, ids in [2, vocab), padding exactly at the sentence tails.
+TEST(LayersSuite, TokensArePaddedAtSentenceTails) {
+  using namespace layer_experiments;
+  const auto lengths = layers_suite_sentence_lengths(64, 128, 5);
+  EXPECT_EQ(lengths, layers_suite_sentence_lengths(64, 128, 5));
+  EXPECT_NE(lengths, layers_suite_sentence_lengths(64, 128, 6));
+  for (const std::int64_t k : lengths) {
+    EXPECT_GE(k, 128 - 25);  // at most floor(0.2·128) = 25 pads
+    EXPECT_LE(k, 128);
+  }
+  EXPECT_EQ(layers_suite_sentence_lengths(3, 1, 5), (std::vector<std::int64_t>{1, 1, 1}));  // >= 1 kept
+  const auto tokens = layers_suite_tokens_with_padding(lengths, 128, kLayersSuiteVocab, 9);
+  EXPECT_EQ(tokens, layers_suite_tokens_with_padding(lengths, 128, kLayersSuiteVocab, 9));
+  ASSERT_EQ(tokens.size(), 64u * 128u);
+  for (std::size_t b = 0; b < 64; ++b)
+    for (std::int64_t l = 0; l < 128; ++l) {
+      const std::int32_t t = tokens[b * 128 + static_cast<std::size_t>(l)];
+      if (l < lengths[b]) {
+        EXPECT_GE(t, 2);
+        EXPECT_LT(t, kLayersSuiteVocab);
+      } else {
+        EXPECT_EQ(t, kLayersSuitePaddingIdx);
+      }
+    }
+  const layers::EmbeddingLayerConfig ec = layers_suite_embedding_config(DType::f16, 8192, 256);
+  EXPECT_EQ(ec.position_offset, ec.padding_idx + 1);
+  EXPECT_DOUBLE_EQ(ec.effective_scale(), 32.0);
+  const layers::CriterionLayerConfig cc = layers_suite_criterion_config(DType::bf16, 8192);
+  EXPECT_EQ(cc.padding_idx, std::optional<std::int32_t>(1));
 }
 
 }  // namespace
