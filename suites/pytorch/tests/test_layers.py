@@ -206,6 +206,24 @@ class EmbeddingParams(unittest.TestCase):
         self.assertEqual(sum(layers.tail_pad_counts(256, 32, 0.1)), 819)
         self.assertEqual(layers.first_token(1), 2)  # tokens uniform in [2, vocab), as the contract says
 
+    def test_sentence_lengths_from_the_list_decide_the_padding(self):
+        # seqbench's own kept lengths win over the fraction: both sides pad the same slots.
+        self.assertEqual(layers.pad_counts(3, 8, 0.1, {"sentence_lengths": [8, 5, 1]}), (0, 3, 7))
+        self.assertEqual(layers.pad_counts(4, 10, 0.1), tuple(layers.tail_pad_counts(4, 10, 0.1)))
+        self.assertEqual(layers.pad_counts(4, 10, 0.1, {}), tuple(layers.tail_pad_counts(4, 10, 0.1)))
+        e = contract_experiment("embedding", batch=2, seq_len=4)
+        lengths = {"sentence_lengths": [4, 2]}
+        self.assertEqual(layers.embedding_spec(e.params, lengths).pads, (0, 2))
+        c = contract_experiment("criterion", batch=2, seq_len=4)
+        self.assertEqual(layers.criterion_spec(c.params, lengths).pads, (0, 2))
+        for inputs, message in (({"sentence_lengths": [4]}, "has 1 entries, expected batch = 2"),
+                                ({"sentence_lengths": [4, 0]}, r"sentence_lengths\[1\] = 0 is outside \[1, seq_len 4\]"),
+                                ({"sentence_lengths": [5, 1]}, r"sentence_lengths\[0\] = 5 is outside"),
+                                ({"sentence_lengths": [2, 1.5]}, r"sentence_lengths\[1\] = 1.5"),
+                                ({"sentence_lengths": 3}, "has \\? entries")):
+            with self.assertRaisesRegex(Unmapped, message):
+                layers.pad_counts(2, 4, 0.1, inputs)
+
 
 class CriterionParams(unittest.TestCase):
     def test_fairseq_epsilon_is_the_cross_entropy_familys_conversion(self):

@@ -54,6 +54,21 @@ class RealList(unittest.TestCase):
             self.assertGreater(e.minimal.bytes, 0, e.name)
             self.assertTrue(all(v.bytes == e.minimal.bytes for v in e.variants), e.name)
 
+    def test_layers_padding_follows_seqbench_lengths(self):
+        from seqbench_torch.families import layers
+        seen = 0
+        for e in self.suites["layers"].experiments:
+            if e.params.get("layer") not in ("embedding", "criterion"):
+                continue
+            seen += 1
+            self.assertIn("sentence_lengths", e.inputs, e.name)
+            spec = (layers.embedding_spec if e.params["layer"] == "embedding" else layers.criterion_spec)(
+                e.params, e.inputs)
+            self.assertEqual(len(spec.pads), e.params["batch"], e.name)
+            share = sum(spec.pads) / (e.params["batch"] * e.params["seq_len"])
+            self.assertAlmostEqual(share, e.params["pad_fraction"], places=5, msg=e.name)
+        self.assertGreater(seen, 0)
+
     def test_trainer_lists_its_tensors(self):
         for e in self.suites["trainer"].experiments:
             elements = e.inputs["tensor_elements"]

@@ -190,13 +190,14 @@ class EmbeddingSpec:
     scale: float
     dropout: float
     pad_fraction: float
+    pads: tuple = ()  # padded slots at each sentence's tail (pad_counts)
 
     def position_rows(self):
         """Rows of the sinusoidal table: positions offset .. offset + L - 1, and the padding row."""
         return max(self.position_offset + self.seq_len, self.padding_idx + 1)
 
 
-def embedding_spec(params):
+def embedding_spec(params, inputs=None):
     batch, seq_len, _ = batch_shape(params)
     vocab, hidden = (positive_int(k, v) for k, v in zip(("vocab", "hidden"), need(params, "vocab", "hidden")))
     padding_idx, positions, indexing, offset, scale = need(params, "padding_idx", "positions", "indexing",
@@ -211,8 +212,10 @@ def embedding_spec(params):
         raise Unmapped(f"params.position_offset = {offset!r} is not an integer above padding_idx {padding_idx}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
         raise Unmapped(f"params.scale = {scale!r} is not a finite number")
+    fraction = ratio(params, "pad_fraction")
     return EmbeddingSpec(dtype_name(params), batch, seq_len, vocab, hidden, padding_idx, indexing, offset,
-                         float(scale), ratio(params, "dropout"), ratio(params, "pad_fraction"))
+                         float(scale), ratio(params, "dropout"), fraction,
+                         pad_counts(batch, seq_len, fraction, inputs))
 
 
 @dataclass(frozen=True)
@@ -224,13 +227,14 @@ class CriterionSpec:
     padding_idx: int
     label_smoothing: float  # torch's, from (convention, epsilon)
     pad_fraction: float
+    pads: tuple = ()  # padded slots at each sentence's tail (pad_counts)
 
     @property
     def rows(self):
         return self.batch * self.seq_len
 
 
-def criterion_spec(params):
+def criterion_spec(params, inputs=None):
     batch, seq_len, _ = batch_shape(params)
     vocab = positive_int("vocab", need(params, "vocab")[0])
     epsilon, convention, padding_idx = need(params, "epsilon", "convention", "padding_idx")
@@ -238,7 +242,9 @@ def criterion_spec(params):
     alpha = cross_entropy.torch_label_smoothing(convention, float(epsilon), vocab)
     if not 0.0 <= alpha <= 1.0:
         raise Unmapped(f"label smoothing {alpha} (from {convention} {epsilon}) is outside [0, 1]")
-    return CriterionSpec(dtype_name(params), batch, seq_len, vocab, padding_idx, alpha, ratio(params, "pad_fraction"))
+    fraction = ratio(params, "pad_fraction")
+    return CriterionSpec(dtype_name(params), batch, seq_len, vocab, padding_idx, alpha, fraction,
+                         pad_counts(batch, seq_len, fraction, inputs))
 
 
 def check_padding_idx(padding_idx, vocab):
@@ -266,6 +272,22 @@ def tail_pad_counts(batch, seq_len, pad_fraction):
     return [(b + 1) * total // batch - b * total // batch for b in range(batch)]
 
 
+def pad_counts(batch, seq_len, pad_fraction, inputs=None):
+    """Padded slots at the tail of each sentence, as a tuple: from the experiment's
+    inputs.sentence_lengths (the kept lengths seqbench drew, so both sides pad the same slots) when
+    it lists them, else tail_pad_counts. Lengths must number `batch`, each in [1, seq_len]."""
+    lengths = (inputs or {}).get("sentence_lengths")
+    if lengths is None:
+        return tuple(tail_pad_counts(batch, seq_len, pad_fraction))
+    if not isinstance(lengths, (list, tuple)) or len(lengths) != batch:
+        raise Unmapped(f"inputs.sentence_lengths has {len(lengths) if isinstance(lengths, (list, tuple)) else '?'} "
+                       f"entries, expected batch = {batch}")
+    for b, n in enumerate(lengths):
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= seq_len:
+            raise Unmapped(f"inputs.sentence_lengths[{b}] = {n!r} is outside [1, seq_len {seq_len}]")
+    return tuple(seq_len - n for n in lengths)
+
+
 def positions_of(row, padding_idx, offset, indexing="nonpad_count"):
     """The position index of each slot of one sentence, as the torch forward computes it
     (fairseq's make_positions for offset = padding_idx + 1): a real token at slot l gets
@@ -291,10 +313,10 @@ def plan(experiment):
         spec = transformer_spec(kind, params)
         build = lambda torch: _transformer_works(torch, spec, backward)  # noqa: E731
     elif kind == "embedding":
-        spec = embedding_spec(params)
+        spec = embedding_spec(params, experiment.inputs)
         build = lambda torch: _embedding_works(torch, spec, backward)  # noqa: E731
     else:
-        spec = criterion_spec(params)
+        spec = criterion_spec(params, experiment.inputs)
         build = lambda torch: _criterion_works(torch, spec, backward)  # noqa: E731
     note = ("autograd backward of one training forward (retain_graph), no CUDA graph" if backward else
             "training forward (dropout on, autograd records), no CUDA graph")
@@ -422,10 +444,10 @@ def _modules(torch):
     return _MODULES["classes"]
 
 
-def _tokens(torch, batch, seq_len, vocab, padding_idx, pad_fraction):
-    """int64 [B, L]: ids uniform in [first_token, vocab), each sentence's tail padded (tail_pad_counts)."""
+def _tokens(torch, batch, seq_len, vocab, padding_idx, pad_counts):
+    """int64 [B, L]: ids uniform in [first_token, vocab), sentence b's last pad_counts[b] slots padded."""
     tokens = torch.randint(first_token(padding_idx), vocab, (batch, seq_len), device=DEVICE)
-    pads = torch.tensor(tail_pad_counts(batch, seq_len, pad_fraction), device=DEVICE)
+    pads = torch.tensor(pad_counts, device=DEVICE)
     tail = torch.arange(seq_len, device=DEVICE)[None, :] >= (seq_len - pads)[:, None]
     return tokens.masked_fill(tail, padding_idx)
 
@@ -470,7 +492,7 @@ def _embedding_works(torch, spec, backward):
     table = operator_embedding.sinusoidal_table(torch, spec.position_rows(), spec.hidden, dt)
     table[spec.padding_idx].zero_()  # fairseq's SinusoidalPositionalEmbedding.get_embedding
     module = Embedding(spec, table).to(device=DEVICE, dtype=dt)
-    tokens = _tokens(torch, spec.batch, spec.seq_len, spec.vocab, spec.padding_idx, spec.pad_fraction)
+    tokens = _tokens(torch, spec.batch, spec.seq_len, spec.vocab, spec.padding_idx, spec.pads)
     # Backward: d_token_table only (the positions are a buffer; the tokens are ids).
     return _module_works(torch, module, (tokens,), (), backward)
 
@@ -479,7 +501,7 @@ def _criterion_works(torch, spec, backward):
     _, _, Criterion = _modules(torch)
     dt = torch_dtype(torch, spec.dtype)
     logits = (torch.randn(spec.rows, spec.vocab, device=DEVICE) * 2.0).to(dt)
-    targets = _tokens(torch, spec.batch, spec.seq_len, spec.vocab, spec.padding_idx, spec.pad_fraction).view(-1)
+    targets = _tokens(torch, spec.batch, spec.seq_len, spec.vocab, spec.padding_idx, spec.pads).view(-1)
     # Backward: dlogits for grad_loss_sum = 1.
     return _module_works(torch, Criterion(spec), (logits, targets), (0,), backward, pick=lambda out: out[1],
                          unit_dout=True)
