@@ -1,5 +1,5 @@
 // The criterion layer's experiments (Fig. 19: forward and backward, baseline vs managed, over
-// sequence lengths; the contract in suites/suite_layers.h and LAYERS_CONTRACT).
+// sequence lengths; the contract in suites/suite_layers.h and suites/layers/README.md).
 //
 // Layer: label-smoothed cross-entropy over vocab 32000, ε = 0.1, fairseq's convention, padding
 // targets (index 1) ignored, rows = the batch's B·L tokens. Variants: "baseline"

@@ -1,10 +1,10 @@
 // The embedding layer's experiments (Fig. 19: forward and backward, baseline vs managed, over
-// sequence lengths; the contract in suites/suite_layers.h and LAYERS_CONTRACT).
+// sequence lengths; the contract in suites/suite_layers.h and suites/layers/README.md).
 //
 // Layer: layers_suite_embedding_config: vocab 32000, hidden 1024 (transformer-big), padding_idx 1,
 // sinusoidal positions indexed by the non-padding count from position_offset 2 (fairseq's
-// make_positions: padding_idx + 1), scale sqrt(1024) = 32, dropout 0.1 (kLayersSuiteEmbeddingDropout, the
-// contract's), deterministic (sorted) backward for the managed layer. Variants: "baseline"
+// make_positions: padding_idx + 1), scale sqrt(1024) = 32, dropout = the layer config's hidden_dropout (0.3),
+// deterministic (sorted) backward for the managed layer. Variants: "baseline"
 // (BaselineEmbeddingLayer on a CachingAllocator: the unfused op sequence, uint8 mask, index_add_
 // atomics) and "managed" (EmbeddingLayer: one fused forward kernel, the sorted backward).
 // Inputs (fixed seeds): tokens uniform in [2, vocab) (mt19937_64, modulo), each sentence's tail
@@ -116,7 +116,7 @@ layers::EmbeddingLayerConfig layers_suite_embedding_config(DType dtype, int max_
   c.max_batch_tokens = max_batch_tokens;
   c.max_seq_len = max_seq_len;
   c.padding_idx = kLayersSuitePaddingIdx;
-  c.dropout = kLayersSuiteEmbeddingDropout;
+  c.dropout = layer.hidden_dropout;
   c.positions = kernels::PositionEncoding::sinusoidal;
   c.indexing = kernels::PositionIndexing::nonpad_count;
   c.position_offset = kLayersSuitePaddingIdx + 1;

@@ -36,13 +36,11 @@ inline constexpr int kLayersSuiteVocab = 32000;
 inline constexpr int kLayersSuitePaddingIdx = 1;
 inline constexpr double kLayersSuitePadFraction = 0.1;
 inline constexpr double kLayersSuiteEpsilon = 0.1;
-// The embedding's dropout, as the layers contract fixes it (LAYERS_CONTRACT.md; transformer-big's
-// preset has hidden_dropout 0.3, which fairseq would also apply to the embedding).
-inline constexpr double kLayersSuiteEmbeddingDropout = 0.1;
 
 // The suite's embedding layer: vocab 32000, hidden = transformer-big's, padding_idx 1,
 // sinusoidal positions by non-padding count from offset padding_idx + 1 (fairseq), scale
-// sqrt(hidden), dropout kLayersSuiteEmbeddingDropout.
+// sqrt(hidden), dropout the layer config's hidden_dropout (transformer-big: 0.3; fairseq applies
+// args.dropout to the embedding output, LightSeq2's embedding layer its config's dropout).
 layers::EmbeddingLayerConfig layers_suite_embedding_config(DType dtype, int max_batch_tokens,
                                                            int max_seq_len);
 // The suite's criterion: fairseq's convention, ε = 0.1, padding targets ignored.

@@ -194,7 +194,7 @@ TEST(LayersSuite, RegisteredAfterTrainer) {
   EXPECT_EQ(*(trainer + 1), "layers");
 }
 
-// The params every layer experiment carries (LAYERS_CONTRACT.md), the variants, and the inputs'
+// The params every layer experiment carries (suites/layers/README.md), the variants, and the inputs'
 // sentence lengths, which must agree with the counts the bytes are computed from.
 void expect_common(const ExperimentSpec& e, const std::string& layer, bool quick) {
   const int tokens = layers_suite_tokens(quick);
@@ -246,7 +246,7 @@ TEST(LayersSuite, EmbeddingExperiments) {
       EXPECT_EQ(p.at("indexing").get<std::string>(), "nonpad_count");
       EXPECT_EQ(p.at("position_offset").get<int>(), 2);
       EXPECT_DOUBLE_EQ(p.at("scale").get<double>(), 32.0);
-      EXPECT_DOUBLE_EQ(p.at("dropout").get<double>(), 0.1);
+      EXPECT_DOUBLE_EQ(p.at("dropout").get<double>(), layers_suite_config(DType::f16, 4096, 128).hidden_dropout);
       EXPECT_TRUE(p.at("deterministic_backward").get<bool>());
       EXPECT_EQ(p.at("max_seq_len").get<int>(), layers_suite_lengths(quick).back());
       // Minimal bytes, by hand (suites/layers/embedding.cu): N = tokens, C non-padding, D distinct.

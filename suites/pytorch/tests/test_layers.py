@@ -1,4 +1,4 @@
-"""The layers suite's mapping (seqbench_torch/families/layers.py) against LAYERS_CONTRACT: every
+"""The layers suite's mapping (seqbench_torch/families/layers.py) against the contract in suites/layers/README.md: every
 contract name maps to its layer, params are parsed and refused with the key named, and the pure
 pieces (shapes, GEMM FLOPs, padding, positions, label smoothing) are right. No torch needed."""
 import unittest
@@ -10,12 +10,12 @@ from seqbench_torch.families import cross_entropy, layers, module_for, plan_for
 from seqbench_torch.families.common import COMPILE, EAGER
 
 TRANSFORMER = {"model": "transformer-big", "hidden": 1024, "ffn": 4096, "heads": 16, "pre_layer_norm": True,
-               "activation": "relu", "attn_dropout": 0.1, "activation_dropout": 0.1, "hidden_dropout": 0.1,
+               "activation": "relu", "attn_dropout": 0.1, "activation_dropout": 0.1, "hidden_dropout": 0.3,
                "max_batch_tokens": 8192, "max_seq_len": 256}
 
 
 def contract_params(kind, direction, dtype, batch, seq_len):
-    """The params LAYERS_CONTRACT.md promises for each layer."""
+    """The params suites/layers/README.md promises for each layer."""
     p = {"layer": kind, "direction": direction, "dtype": dtype, "batch": batch, "seq_len": seq_len,
          "tokens": batch * seq_len}
     if kind in ("encoder", "decoder"):
@@ -25,7 +25,7 @@ def contract_params(kind, direction, dtype, batch, seq_len):
             p["src_len"] = seq_len
     elif kind == "embedding":
         p.update({"vocab": 32000, "hidden": 1024, "padding_idx": 1, "positions": "sinusoidal",
-                  "indexing": "nonpad_count", "position_offset": 2, "scale": 32.0, "dropout": 0.1,
+                  "indexing": "nonpad_count", "position_offset": 2, "scale": 32.0, "dropout": 0.3,
                   "deterministic_backward": True, "pad_fraction": 0.1})
     else:
         p.update({"vocab": 32000, "epsilon": 0.1, "convention": "fairseq", "padding_idx": 1, "pad_fraction": 0.1})
@@ -97,7 +97,7 @@ class TransformerParams(unittest.TestCase):
         self.assertEqual((s.kind, s.dtype, s.batch, s.seq_len, s.hidden, s.ffn, s.heads, s.head_dim),
                          ("encoder", "f16", 64, 128, 1024, 4096, 16, 64))
         self.assertEqual((s.pre_layer_norm, s.activation, s.attn_dropout, s.activation_dropout, s.hidden_dropout),
-                         (True, "relu", 0.1, 0.1, 0.1))
+                         (True, "relu", 0.1, 0.1, 0.3))
         self.assertEqual(s.eps, 1e-5)
         self.assertFalse(s.causal)  # the encoder: no mask
         self.assertEqual(s.input_shapes(), {"x": (64, 128, 1024)})
@@ -163,7 +163,7 @@ class EmbeddingParams(unittest.TestCase):
     def test_the_contract_config(self):
         s = layers.embedding_spec(contract_experiment("embedding").params)
         self.assertEqual((s.vocab, s.hidden, s.padding_idx, s.indexing, s.position_offset, s.scale, s.dropout,
-                          s.pad_fraction), (32000, 1024, 1, "nonpad_count", 2, 32.0, 0.1, 0.1))
+                          s.pad_fraction), (32000, 1024, 1, "nonpad_count", 2, 32.0, 0.3, 0.1))
         self.assertEqual(s.position_rows(), 2 + 128)  # positions 2 .. 129; row 1 (padding) zero
 
     def test_refusals(self):
