@@ -37,6 +37,26 @@ class OracleFor(unittest.TestCase):
         self.assertEqual(parity.oracle_for("adam/f32/params=1"), (None, False))
 
 
+class RealList(unittest.TestCase):
+    """Both sides agree: every operator experiment dumps (seqbench list --json's dump_variant) and
+    every family that dumps has an oracle here."""
+
+    def test_every_operator_experiment_dumps_to_an_oracle(self):
+        result = support.run_seqbench("list", "--json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        doc = json.loads(result.stdout)
+        operators = [s for s in doc["suites"] if s["name"] == "operators"][0]["experiments"]
+        self.assertGreater(len(operators), 50)
+        for e in operators:
+            self.assertIsNotNone(e["dump_variant"], e["name"])
+            self.assertIn(e["dump_variant"], [v["name"] for v in e["variants"]], e["name"])
+            self.assertIsNotNone(parity.oracle_for(e["name"])[0], e["name"])
+        for s in doc["suites"]:
+            for e in s["experiments"]:
+                if e["dump_variant"] is not None:
+                    self.assertIsNotNone(parity.oracle_for(e["name"])[0], f"{s['name']}/{e['name']}")
+
+
 class DropoutScale(unittest.TestCase):
     def test_float32_as_the_kernels_form_it(self):
         self.assertEqual(parity.f32(0.1), struct.unpack("<f", struct.pack("<f", 0.1))[0])
