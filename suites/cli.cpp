@@ -72,11 +72,15 @@ int cmd_list(bool as_json, bool quick, std::ostream& out) {
       nlohmann::json variants = nlohmann::json::array();
       for (const VariantSpec& v : e.variants)
         variants.push_back({{"name", v.name}, {"bytes", v.bytes}, {"flops", v.flops}});
-      suite["experiments"].push_back({{"name", e.name},
-                                      {"params", e.params},
-                                      {"inputs", e.inputs},
-                                      {"baseline", e.baseline},
-                                      {"variants", variants}});
+      suite["experiments"].push_back(
+          {{"name", e.name},
+           {"params", e.params},
+           {"inputs", e.inputs},
+           {"baseline", e.baseline},
+           {"variants", variants},
+           // The variant `seqbench dump` writes; null: the experiment does not dump.
+           {"dump_variant",
+            e.dump_variant.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.dump_variant)}});
     }
     doc["suites"].push_back(std::move(suite));
   }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <regex>
+#include <set>
 
 #include "core/cuda_check.h"
 #include "core/device_info.h"
@@ -19,6 +20,96 @@ std::string dump_folder_name(const std::string& experiment) {
   std::string out;
   for (const char c : experiment) out += (c == '/' || c == ',' || c == '=' || c == ' ') ? '_' : c;
   return out;
+}
+
+std::string dump_dtype_name(const DumpArray& array) {
+  if (array.int_type.empty()) return std::string(dtype_name(array.dtype));
+  SEQBENCH_REQUIRE(
+      array.int_type == "u8" || array.int_type == "i32",
+      "dump: array '" << array.name << "' has int_type '" << array.int_type << "' (expected u8 or i32)");
+  return array.int_type;
+}
+
+std::string dump_descr(const DumpArray& array) {
+  const std::string type = dump_dtype_name(array);
+  if (type == "u8") return "|u1";
+  if (type == "i32") return "<i4";
+  return std::string(npy_descr(array.dtype));
+}
+
+namespace {
+template <class I>
+DumpArray int_array(std::string name, std::string role, const std::vector<I>& host,
+                    std::vector<std::int64_t> shape, const char* int_type) {
+  DumpArray a{std::move(name), std::move(role), DType::f32, std::move(shape), {}, int_type};
+  a.bytes.resize(host.size() * sizeof(I));
+  if (!host.empty()) std::memcpy(a.bytes.data(), host.data(), a.bytes.size());
+  return a;
+}
+}  // namespace
+
+DumpArray dump_array(std::string name, std::string role, const DeviceBuffer<std::uint8_t>& buffer,
+                     std::vector<std::int64_t> shape) {
+  return int_array(std::move(name), std::move(role), buffer.copy_to_host(), std::move(shape), "u8");
+}
+
+DumpArray dump_array(std::string name, std::string role, const DeviceBuffer<std::int32_t>& buffer,
+                     std::vector<std::int64_t> shape) {
+  return int_array(std::move(name), std::move(role), buffer.copy_to_host(), std::move(shape), "i32");
+}
+
+DumpArray dump_host_array(std::string name, std::string role, const std::vector<std::uint8_t>& values,
+                          std::vector<std::int64_t> shape) {
+  return int_array(std::move(name), std::move(role), values, std::move(shape), "u8");
+}
+
+DumpArray dump_host_array(std::string name, std::string role, const std::vector<std::int32_t>& values,
+                          std::vector<std::int64_t> shape) {
+  return int_array(std::move(name), std::move(role), values, std::move(shape), "i32");
+}
+
+std::vector<std::uint8_t> unpack_keep_mask(const std::vector<std::uint8_t>& packed, std::size_t n) {
+  SEQBENCH_REQUIRE(packed.size() >= n / 8 + (n % 8 != 0 ? 1 : 0),
+                   "unpack_keep_mask: " << packed.size() << " bytes hold fewer than " << n << " bits");
+  std::vector<std::uint8_t> keep(n);
+  for (std::size_t i = 0; i < n; ++i) keep[i] = static_cast<std::uint8_t>((packed[i >> 3] >> (i & 7)) & 1u);
+  return keep;
+}
+
+std::size_t write_dump_folder(const std::filesystem::path& dir, const std::string& suite,
+                              const std::string& experiment, const nlohmann::json& params,
+                              const std::string& variant, const std::vector<DumpArray>& arrays) {
+  std::set<std::string> names;
+  for (const DumpArray& a : arrays) {
+    SEQBENCH_REQUIRE(names.insert(a.name).second,
+                     "dump: experiment " << experiment << " names array '" << a.name << "' twice");
+    SEQBENCH_REQUIRE(a.role == "input" || a.role == "output",
+                     "dump: array '" << a.name << "' has role '" << a.role << "' (expected input or output)");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  SEQBENCH_REQUIRE(!ec, "cannot create dump folder '" << dir.string() << "': " << ec.message());
+  // A manifest from an earlier dump goes first: until the new one is written, the folder is incomplete.
+  std::filesystem::remove(dir / "manifest.json", ec);
+  SEQBENCH_REQUIRE(!ec, "cannot remove '" << (dir / "manifest.json").string() << "': " << ec.message());
+  nlohmann::json manifest = {{"schema", "seqbench.dump/1"}, {"suite", suite},
+                             {"experiment", experiment},    {"params", params},
+                             {"variant", variant},          {"arrays", nlohmann::json::array()}};
+  std::size_t files = 0;
+  for (const DumpArray& a : arrays) {
+    const std::string file = a.name + ".npy";
+    const std::string descr = dump_descr(a);
+    write_npy(dir / file, descr, a.shape, a.bytes.data(), a.bytes.size());
+    manifest["arrays"].push_back({{"name", a.name},
+                                  {"role", a.role},
+                                  {"dtype", dump_dtype_name(a)},
+                                  {"descr", descr},
+                                  {"shape", a.shape},
+                                  {"file", file}});
+    ++files;
+  }
+  write_json_atomic(dir / "manifest.json", manifest);  // last: a complete folder has one
+  return files;
 }
 
 DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
@@ -58,24 +149,7 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
       const std::vector<DumpArray> arrays = p.dump();
 
       const std::filesystem::path dir = options.out_dir / suite->name / dump_folder_name(e.name);
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      SEQBENCH_REQUIRE(!ec, "cannot create dump folder '" << dir.string() << "': " << ec.message());
-      nlohmann::json manifest = {{"schema", "seqbench.dump/1"}, {"suite", suite->name},
-                                 {"experiment", e.name},        {"params", e.params},
-                                 {"variant", variant},          {"arrays", nlohmann::json::array()}};
-      for (const DumpArray& a : arrays) {
-        const std::string file = a.name + ".npy";
-        write_npy(dir / file, npy_descr(a.dtype), a.shape, a.bytes.data(), a.bytes.size());
-        manifest["arrays"].push_back({{"name", a.name},
-                                      {"role", a.role},
-                                      {"dtype", std::string(dtype_name(a.dtype))},
-                                      {"descr", std::string(npy_descr(a.dtype))},
-                                      {"shape", a.shape},
-                                      {"file", file}});
-        ++result.files;
-      }
-      write_json_atomic(dir / "manifest.json", manifest);  // last: a complete folder has one
+      result.files += write_dump_folder(dir, suite->name, e.name, e.params, variant, arrays);
       ++result.dumped;
       log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n";
     }

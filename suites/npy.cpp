@@ -26,7 +26,9 @@ namespace {
 std::size_t element_size(std::string_view descr) {
   if (descr == "<f4") return 4;
   if (descr == "<f2" || descr == "<u2") return 2;
-  SEQBENCH_FAIL("npy: unsupported descr '" << descr << "' (expected <f4, <f2 or <u2)");
+  if (descr == "|u1") return 1;
+  if (descr == "<i4") return 4;
+  SEQBENCH_FAIL("npy: unsupported descr '" << descr << "' (expected <f4, <f2, <u2, |u1 or <i4)");
 }
 }  // namespace
 

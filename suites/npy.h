@@ -9,8 +9,9 @@
 //
 // Element types: float '<f4', __half '<f2'. bfloat16 has no numpy dtype, so it is stored as its raw
 // bits, '<u2' (lossless; a reader gets the float value as uint32(bits) << 16 viewed as float32),
-// and the dump's manifest says "bf16" for such an array. Host byte order must be little-endian,
-// as on every CUDA host (checked at compile time).
+// and the dump's manifest says "bf16" for such an array. Integer arrays (suites/dump.h): uint8
+// '|u1' (dropout keep masks) and int32 '<i4' (token ids, targets), as numpy names them. Host byte order must
+// be little-endian, as on every CUDA host (checked at compile time).
 #pragma once
 
 #include <cstddef>
@@ -32,7 +33,8 @@ std::string_view npy_descr(DType dtype);
 std::string npy_header(std::string_view descr, std::span<const std::int64_t> shape);
 
 // Writes header + `bytes` of `data` atomically (write_file_atomic). Throws seqbench::Error when
-// `bytes` is not the product of `shape` times the element size of `descr` ('<f4' 4, '<f2'/'<u2' 2).
+// `bytes` is not the product of `shape` times the element size of `descr` ('<f4'/'<i4' 4,
+// '<f2'/'<u2' 2, '|u1' 1).
 void write_npy(const std::filesystem::path& path, std::string_view descr, std::span<const std::int64_t> shape,
                const void* data, std::size_t bytes);
 

@@ -99,6 +99,7 @@ ExperimentSpec bias_act_dropout_experiment(std::int64_t rows, std::int64_t cols,
                c = static_cast<double>(cols);
   const double bytes = backward ? s * (3 * n + 2 * c) : s * (2 * n + c);
   e.variants = {{"unfused", bytes, 0}, {"fused", bytes, 0}};
+  e.dump_variant = "fused";
   e.prepare = [rows, cols, act, backward] {
     auto st = std::make_shared<BenchState<T>>(rows, cols, backward);
     const DropoutConfig config{kBenchP, kBenchSeed, kBenchOffset};
@@ -132,6 +133,29 @@ ExperimentSpec bias_act_dropout_experiment(std::int64_t rows, std::int64_t cols,
                                              st->workspace.data(), st->workspace.size(), s);
       });
     }
+    // For `seqbench dump`: the inputs, the keep mask and what the fused variant wrote (suites/pytorch's
+    // parity). The fused kernels save no mask: launch_dropout_mask_u8 redraws the same Philox stream
+    // (config) into st->mask, bit for bit the fused kernels' mask (the GPU checks hold both to
+    // make_dropout_mask); the backward's prepare() already did, for the unfused variant.
+    p.dump = [st, backward, config] {
+      if (!backward) {
+        kernels::launch_dropout_mask_u8(st->mask.data(), st->n, config, nullptr);
+        SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      const std::vector<std::int64_t> matrix = {st->rows, st->cols}, columns = {st->cols};
+      std::vector<DumpArray> a;
+      if (backward) a.push_back(dump_array("dy", "input", st->dy, matrix));
+      a.push_back(dump_array("x", "input", st->x, matrix));
+      a.push_back(dump_array("bias", "input", st->bias, columns));
+      a.push_back(dump_array("keep", "input", st->mask, matrix));
+      if (!backward) {
+        a.push_back(dump_array("y", "output", st->out, matrix));
+      } else {
+        a.push_back(dump_array("dx", "output", st->out, matrix));
+        a.push_back(dump_array("dbias", "output", st->dbias, columns));
+      }
+      return a;
+    };
     p.state = st;
     return p;
   };

@@ -144,6 +144,7 @@ ExperimentSpec cross_entropy_experiment(std::int64_t rows, std::int64_t vocab, b
   // subtract, multiply = 4 (ignored rows: none).
   const double flops = counted * v * (backward ? 4.0 : 5.0);
   e.variants = {{"unfused", bytes, flops}, {"fused", bytes, flops}};
+  e.dump_variant = "fused";
   e.prepare = [rows, vocab, backward] {
     auto st = std::make_shared<BenchState<T>>(rows, vocab, backward);
     const CrossEntropyConfig config = bench_config();
@@ -179,6 +180,25 @@ ExperimentSpec cross_entropy_experiment(std::int64_t rows, std::int64_t vocab, b
                                                   config, stream);
       });
     }
+    // For `seqbench dump`: the inputs and what the fused variant wrote (suites/pytorch's parity);
+    // the convention, smoothing and ignore_index are in params. The backward's lse is the fused
+    // forward's (as the fused backward reads it), its upstream gradient grad_loss fp32 [N].
+    p.dump = [st, backward] {
+      const std::vector<std::int64_t> matrix = {st->rows, st->vocab}, rows = {st->rows};
+      std::vector<DumpArray> a;
+      a.push_back(dump_array("logits", "input", st->logits, matrix));
+      a.push_back(dump_array("targets", "input", st->targets, rows));
+      if (!backward) {
+        a.push_back(dump_array("loss", "output", st->loss, rows));
+        a.push_back(dump_array("nll", "output", st->nll, rows));
+        a.push_back(dump_array("lse", "output", st->lse, rows));
+      } else {
+        a.push_back(dump_array("lse", "input", st->lse, rows));
+        a.push_back(dump_array("grad_loss", "input", st->grad, rows));
+        a.push_back(dump_array("dlogits", "output", st->dlogits, matrix));
+      }
+      return a;
+    };
     p.state = st;
     return p;
   };

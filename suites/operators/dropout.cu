@@ -77,6 +77,7 @@ ExperimentSpec dropout_experiment(std::size_t n, bool backward) {
   e.baseline = "unfused";
   const double bytes = 2.0 * static_cast<double>(n) * sizeof(T);  // x read + y written (dy, dx)
   e.variants = {{"unfused", bytes, 0}, {"fused_bitmask", bytes, 0}, {"fused_regen", bytes, 0}};
+  e.dump_variant = "fused_bitmask";
   e.prepare = [n, backward] {
     auto s = std::make_shared<BenchState<T>>(n);
     const DropoutConfig config{kBenchP, kBenchSeed, kBenchOffset};
@@ -111,6 +112,20 @@ ExperimentSpec dropout_experiment(std::size_t n, bool backward) {
         kernels::launch_dropout_bwd_regenerate(s->out.data(), s->in.data(), n, config, st);
       });
     }
+    // For `seqbench dump`: the input, the keep mask the fused_bitmask variant used (its own packed
+    // mask, written by the forward variant or by prepare's forward for backward, unpacked to one
+    // byte per element: torch cannot redraw seqbench's Philox stream) and the output.
+    p.dump = [s, n, backward] {
+      const std::vector<std::int64_t> shape = {static_cast<std::int64_t>(n)};
+      const std::vector<std::uint32_t> words = s->mask_bits.copy_to_host();
+      std::vector<std::uint8_t> packed(words.size() * sizeof(std::uint32_t));
+      if (!packed.empty()) std::memcpy(packed.data(), words.data(), packed.size());
+      std::vector<DumpArray> a;
+      a.push_back(dump_array(backward ? "dy" : "x", "input", s->in, shape));
+      a.push_back(dump_host_array("keep", "input", unpack_keep_mask(packed, n), shape));
+      a.push_back(dump_array(backward ? "dx" : "y", "output", s->out, shape));
+      return a;
+    };
     p.state = s;
     return p;
   };

@@ -185,6 +185,11 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
               {"padding_share", 0.1},
               {"token_distribution", zipf ? "zipf(1.1)" : "uniform"},
               {"p", std::round(kBenchP * 1e6) / 1e6},
+              // What an outside oracle needs to recompute the output (suites/pytorch's parity).
+              {"padding_idx", config.padding_idx},
+              {"scale", config.scale},
+              {"position_offset", config.position_offset},
+              {"num_positions", shape.num_positions},
               {"distinct_token_rows", rows_tok.size()},
               {"zero_fill_bytes", zero_fill},
               {"pass", backward ? "bwd" : "fwd"}};
@@ -194,6 +199,8 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
   } else {
     e.variants = {{"unfused", bytes, 0}, {"fused", bytes, 0}};
   }
+  // The deterministic backward (one rounding to T per table row); the atomic one adds in T.
+  e.dump_variant = backward ? "sorted" : "fused";
   e.prepare = [shape, config, host_tokens, backward] {
     auto st = std::make_shared<BenchState<T>>();
     st->shape = shape;
@@ -280,6 +287,32 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
                                              st->workspace.size(), s);
       });
     }
+    // For `seqbench dump`: the inputs, the keep mask and what the dumped variant wrote (suites/pytorch's
+    // parity). st->mask holds launch_dropout_mask_u8 of the config's stream over the B·L·H flat
+    // indices (prepare() wrote it; the unfused forward rewrites the same bits), bit for bit the mask
+    // the fused forward and both fused backwards redraw. Sinusoidal positions are not an input of
+    // the fused kernels (they compute them); the oracle computes them from params too. Learned
+    // positions: the table (forward) and its gradient (backward).
+    p.dump = [st, backward] {
+      const auto& sh = st->shape;
+      const bool learned = st->config.positions == PositionEncoding::learned;
+      const std::vector<std::int64_t> ids = {sh.batch, sh.len}, rows = {st->n, sh.hidden},
+                                      table = {sh.vocab, sh.hidden},
+                                      positions = {sh.num_positions, sh.hidden};
+      std::vector<DumpArray> a;
+      a.push_back(dump_array("tokens", "input", st->tokens, ids));
+      a.push_back(dump_array("keep", "input", st->mask, rows));
+      if (!backward) {
+        a.push_back(dump_array("token_table", "input", st->token_table, table));
+        if (learned) a.push_back(dump_array("position_table", "input", st->position_table, positions));
+        a.push_back(dump_array("y", "output", st->out, rows));
+      } else {
+        a.push_back(dump_array("dy", "input", st->out, rows));
+        a.push_back(dump_array("d_token_table", "output", st->d_tok, table));
+        if (learned) a.push_back(dump_array("d_position_table", "output", st->d_pos, positions));
+      }
+      return a;
+    };
     p.state = st;
     return p;
   };

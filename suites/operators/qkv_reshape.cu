@@ -148,6 +148,7 @@ ExperimentSpec qkv_reshape_experiment(Pass pass, std::int64_t tokens, std::int64
   // reads and writes n elements.
   const double bytes = pass == Pass::merge ? sz * 2 * n : sz * (2 * n + c);
   e.variants = {{"unfused", bytes, 0}, {"fused", bytes, 0}};
+  e.dump_variant = "fused";
   e.prepare = [s, pass] {
     auto st = std::make_shared<BenchState<T>>(s, pass);
     PreparedExperiment p;
@@ -181,6 +182,32 @@ ExperimentSpec qkv_reshape_experiment(Pass pass, std::int64_t tokens, std::int64
         });
         break;
     }
+    // For `seqbench dump`: the inputs and what the fused variant wrote (suites/pytorch's parity).
+    // projected [rows, P·H] (packed: the experiments use projected_ld = 0), heads [P, B, N, L, d].
+    p.dump = [st, pass] {
+      const HeadsShape& sh = st->shape;
+      const std::vector<std::int64_t> projected = {sh.rows(), sh.cols()},
+                                      heads = {sh.projections, sh.batch, sh.heads, sh.len, sh.head_dim()},
+                                      columns = {sh.cols()};
+      std::vector<DumpArray> a;
+      switch (pass) {
+        case Pass::split_fwd:
+          a.push_back(dump_array("projected", "input", st->in, projected));
+          a.push_back(dump_array("bias", "input", st->bias, columns));
+          a.push_back(dump_array("heads", "output", st->out, heads));
+          break;
+        case Pass::split_bwd:
+          a.push_back(dump_array("d_heads", "input", st->in, heads));
+          a.push_back(dump_array("d_projected", "output", st->out, projected));
+          a.push_back(dump_array("dbias", "output", st->dbias, columns));
+          break;
+        case Pass::merge:
+          a.push_back(dump_array("heads", "input", st->in, heads));
+          a.push_back(dump_array("projected", "output", st->out, projected));
+          break;
+      }
+      return a;
+    };
     p.state = st;
     return p;
   };

@@ -87,6 +87,7 @@ ExperimentSpec softmax_experiment(bool backward, std::int64_t batch, std::int64_
   // "fused": the configuration SoftmaxTuner picked (tuned once, in prepare, outside the timing);
   // "fused_heuristic": softmax_default_config, to show what tuning is worth.
   e.variants = {{"unfused", bytes, flops}, {"fused", bytes, flops}, {"fused_heuristic", bytes, flops}};
+  e.dump_variant = "fused";
   e.prepare = [backward, shape] {
     const auto count = static_cast<std::size_t>(shape.rows()) * static_cast<std::size_t>(shape.k_len);
     auto st = std::make_shared<SoftmaxState<T>>();
@@ -137,6 +138,21 @@ ExperimentSpec softmax_experiment(bool backward, std::int64_t batch, std::int64_
     }
     // The tuner ran once in prepare(): its choice (and every candidate's time) goes to the report.
     p.notes = [st] { return nlohmann::json{{"tuner", nlohmann::json::parse(st->tuner.to_json())}}; };
+    // For `seqbench dump`: the inputs and what the fused variant wrote (suites/pytorch's parity).
+    // The experiments use no mask (params.mask "none"), so there is no key_lengths array.
+    p.dump = [st, backward, shape] {
+      const std::vector<std::int64_t> scores = {shape.batch, shape.heads, shape.q_len, shape.k_len};
+      std::vector<DumpArray> a;
+      if (!backward) {
+        a.push_back(dump_array("x", "input", st->x, scores));
+        a.push_back(dump_array("y", "output", st->y, scores));
+      } else {
+        a.push_back(dump_array("y", "input", st->y, scores));
+        a.push_back(dump_array("dy", "input", st->dy, scores));
+        a.push_back(dump_array("dx", "output", st->dx, scores));
+      }
+      return a;
+    };
     p.state = st;
     return p;
   };

@@ -167,6 +167,10 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
       bool baseline_listed = false;
       for (const auto& v : e["variants"]) baseline_listed = baseline_listed || v["name"] == e["baseline"];
       EXPECT_TRUE(baseline_listed) << e.dump();
+      // dump_variant: null, or one of the experiment's variants.
+      bool dump_listed = e["dump_variant"].is_null();
+      for (const auto& v : e["variants"]) dump_listed = dump_listed || v["name"] == e["dump_variant"];
+      EXPECT_TRUE(dump_listed) << e.dump();
     }
 }
 

@@ -50,6 +50,19 @@ TEST(Npy, DescrPerDtype) {
   EXPECT_EQ(npy_descr(DType::bf16), "<u2");
 }
 
+TEST(Npy, IntegerArrays) {
+  const std::vector<std::int64_t> shape = {3};
+  EXPECT_NE(
+      dict_of(npy_header("|u1", shape)).find("{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }"),
+      std::string::npos);
+  EXPECT_NE(dict_of(npy_header("<i4", shape)).find("{'descr': '<i4',"), std::string::npos);
+  const std::uint8_t bytes[3] = {1, 0, 1};
+  EXPECT_EQ(error_message([&] { write_npy("m.npy", "|u1", shape, bytes, 2); }),
+            "npy: 'm.npy': 2 bytes of data for shape and |u1 needing 3");
+  EXPECT_EQ(error_message([&] { write_npy("t.npy", "<i4", shape, bytes, 3); }),
+            "npy: 't.npy': 3 bytes of data for shape and <i4 needing 12");
+}
+
 TEST(Npy, WritesHeaderThenData) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("seqbench-npy-test-" + std::to_string(::getpid()));
@@ -74,7 +87,7 @@ TEST(Npy, Errors) {
   EXPECT_EQ(error_message([&] { write_npy("x.npy", "<f4", shape, data, 12); }),
             "npy: 'x.npy': 12 bytes of data for shape and <f4 needing 16");
   EXPECT_EQ(error_message([&] { npy_header("<f8", shape); }),
-            "npy: unsupported descr '<f8' (expected <f4, <f2 or <u2)");
+            "npy: unsupported descr '<f8' (expected <f4, <f2, <u2, |u1 or <i4)");
   EXPECT_EQ(error_message([&] { npy_header("<f4", negative); }), "npy: dimension 0 is -1, not >= 0");
 }
 

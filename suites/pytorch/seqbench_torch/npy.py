@@ -1,5 +1,5 @@
-"""Reading the .npy files `seqbench dump` writes (format 1.0, '<f4', '<f2', and '<u2' for bf16 bits;
-suites/npy.h) without numpy: the header is parsed here and the raw bytes go to torch.frombuffer."""
+"""Reading the .npy files `seqbench dump` writes (format 1.0, '<f4', '<f2', '<u2' for bf16 bits, and
+the integer arrays '|u1' (dropout keep masks) and '<i4' (token ids, targets); suites/npy.h) without numpy: the header is parsed here and the raw bytes go to torch.frombuffer."""
 import ast
 import math
 import struct
@@ -7,7 +7,7 @@ import struct
 from .errors import RunnerError
 
 MAGIC = b"\x93NUMPY"
-ITEM_SIZE = {"<f4": 4, "<f2": 2, "<u2": 2}
+ITEM_SIZE = {"<f4": 4, "<f2": 2, "<u2": 2, "|u1": 1, "<i4": 4}
 
 
 def parse(data, what="npy"):
@@ -42,6 +42,10 @@ def values(descr, payload, dtype=None):
         return list(struct.unpack(f"<{len(payload) // 4}f", payload))
     if descr == "<f2":
         return list(struct.unpack(f"<{len(payload) // 2}e", payload))
+    if descr == "|u1":
+        return list(payload)
+    if descr == "<i4":
+        return list(struct.unpack(f"<{len(payload) // 4}i", payload))
     bits = struct.unpack(f"<{len(payload) // 2}H", payload)
     if dtype != "bf16":
         return [float(b) for b in bits]
@@ -50,7 +54,7 @@ def values(descr, payload, dtype=None):
 
 def to_torch(torch, descr, shape, payload, dtype):
     """A CUDA tensor of the array; '<u2' with dtype 'bf16' becomes bfloat16 (the same bits)."""
-    torch_dtype = {"<f4": torch.float32, "<f2": torch.float16}.get(descr)
+    torch_dtype = {"<f4": torch.float32, "<f2": torch.float16, "|u1": torch.uint8, "<i4": torch.int32}.get(descr)
     if descr == "<u2":
         torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.int16
     t = torch.frombuffer(bytearray(payload), dtype=torch_dtype) if payload else torch.empty(0, dtype=torch_dtype)
