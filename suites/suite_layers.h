@@ -3,8 +3,8 @@
 // layers/baseline_decoder_layer.h: unfused kernels, a caching allocator, stored uint8 masks)
 // against its managed layer (EncoderLayer, DecoderLayer: fused kernels, one planned block), over a
 // range of sequence lengths at a fixed number of batch tokens; and, as GPU checks, Fig. 20's
-// memory loop: peak device memory and device allocation counts of both encoder layers over
-// training steps of variable length.
+// memory loop: peak device memory and device allocation counts of both encoder layers, and of both
+// decoder layers, over training steps of variable length.
 //
 // Experiments: encoder_fwd/<dtype>/B=<b>,L=<l> and encoder_bwd/<dtype>/B=<b>,L=<l>, dtype f16 and
 // bf16, L in {32, 64, 128, 256} at 8192 batch tokens (quick: L in {64, 128} at 4096), B = tokens/L;
@@ -25,13 +25,16 @@
 // traffic (counted in each file), so the runner reports GB/s; tokens and targets padded at
 // sentence tails (about 10%), fixed seeds.
 //
-// Checks (GPU): layers/memory/<dtype>/... for f16 and bf16: a loop of kMemorySteps (quick:
-// kMemoryStepsQuick) forward + backward steps with lengths from memory_loop_lengths(seed), both
-// layers on their own counting allocators; "peak_ratio" passes when the managed layer's peak
-// device bytes are at most kMemoryRatioTarget times the baseline's peak allocated bytes (the
-// baseline's best case: PyTorch's max_memory_allocated, below its reserved peak, which the
-// detail also gives); "steady_state_allocations" passes when the managed layer made no device
-// allocation during the loop. Both are measured, never assumed.
+// Checks (GPU): layers/memory/<dtype>/... (the encoder layer) and layers/memory/decoder/<dtype>/...
+// (the decoder layer: BaselineDecoderLayer against DecoderLayer, encoder_out of S = L rows, as long
+// as each step's target) for f16 and bf16: a loop of kMemorySteps (quick: kMemoryStepsQuick)
+// forward + backward steps (the baseline's backward consumes its graph, as in training) with the
+// shapes memory_loop_shapes(seed, ...), both layers on their own counting allocators; "peak_ratio"
+// passes when the managed layer's peak device bytes are at most kMemoryRatioTarget times the
+// baseline's peak allocated bytes (the baseline's best case: PyTorch's max_memory_allocated, below
+// its reserved peak, which the detail also gives); "steady_state_allocations" passes when the
+// managed layer made no device allocation during the loop. Both are measured, never assumed. The
+// names: layer_experiments::memory_check_names() (suites/layers/layer_experiments.h).
 #pragma once
 
 #include <cstddef>

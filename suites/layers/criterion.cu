@@ -29,10 +29,9 @@
 #include "core/device_buffer.h"
 #include "core/dtype.h"
 #include "layers/baseline_criterion_layer.h"
-#include "layers/caching_allocator.h"
 #include "layers/criterion_layer.h"
-#include "layers/device_allocator.h"
 #include "suites/layers/layer_experiments.h"
+#include "suites/layers/layer_timing.h"
 #include "suites/operators/check_util.h"
 #include "suites/suite_layers.h"
 
@@ -43,14 +42,9 @@ namespace {
 constexpr float kLogitRange = 4.0f;
 
 template <class T>
-struct CriterionState {
+struct CriterionState : LayerPair<layers::CriterionLayer, layers::BaselineCriterionLayer> {
   DeviceBuffer<T> logits, dlogits;
   DeviceBuffer<std::int32_t> targets;
-  layers::CudaAllocator cuda;
-  layers::CountingAllocator managed_counter{cuda}, baseline_counter{cuda};
-  layers::CachingAllocator cache{baseline_counter};
-  std::unique_ptr<layers::CriterionLayer> managed;
-  std::unique_ptr<layers::BaselineCriterionLayer> baseline;
 };
 
 template <class T>
@@ -68,29 +62,21 @@ PreparedExperiment prepare_criterion(const layers::CriterionLayerConfig& c,
   st->managed = std::make_unique<layers::CriterionLayer>(c, st->managed_counter);
   st->baseline = std::make_unique<layers::BaselineCriterionLayer>(c, st->cache);
   CriterionState<T>* s = st.get();
-  const auto fwd_baseline = [s, rows, vocab](cudaStream_t stream) {
-    (void)s->baseline->forward(s->logits.data(), s->targets.data(), rows, vocab, stream);
-  };
-  const auto fwd_managed = [s, rows, vocab](cudaStream_t stream) {
-    (void)s->managed->forward(s->logits.data(), s->targets.data(), rows, vocab, stream);
-  };
-  PreparedExperiment p;
-  if (!backward) {
-    p.variants = {fwd_baseline, fwd_managed};
-  } else {
-    // The forward each backward differentiates runs once here; the baseline keeps its graph.
-    fwd_baseline(nullptr);
-    fwd_managed(nullptr);
-    p.variants = {
-        [s](cudaStream_t stream) {
-          s->baseline->backward(s->dlogits.data(), s->logits.data(), s->targets.data(), 1.0f, stream, true);
-        },
-        [s](cudaStream_t stream) {
-          s->managed->backward(s->dlogits.data(), s->logits.data(), s->targets.data(), 1.0f, stream);
-        }};
-  }
-  for (const Work& work : p.variants) work(nullptr);
-  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  PreparedExperiment p =
+      time_pair({[s, rows, vocab](cudaStream_t stream) {
+                   (void)s->baseline->forward(s->logits.data(), s->targets.data(), rows, vocab, stream);
+                 },
+                 [s, rows, vocab](cudaStream_t stream) {
+                   (void)s->managed->forward(s->logits.data(), s->targets.data(), rows, vocab, stream);
+                 },
+                 [s](cudaStream_t stream, bool retain_graph) {
+                   s->baseline->backward(s->dlogits.data(), s->logits.data(), s->targets.data(), 1.0f, stream,
+                                         retain_graph);
+                 },
+                 [s](cudaStream_t stream) {
+                   s->managed->backward(s->dlogits.data(), s->logits.data(), s->targets.data(), 1.0f, stream);
+                 }},
+                backward);
   p.state = st;
   return p;
 }
@@ -123,27 +109,17 @@ ExperimentSpec criterion_experiment(DType dtype, int tokens, int L, bool backwar
   // Minimal bytes: see the top of this file.
   const double bytes = backward ? C * v * s + 4 * n + 4 * C + n * v * s : C * v * s + 4 * n + 8 * n + 16;
 
-  ExperimentSpec e;
-  e.name = std::string(backward ? "criterion_bwd/" : "criterion_fwd/") + std::string(dtype_name(dtype)) +
-           "/B=" + std::to_string(B) + ",L=" + std::to_string(L);
-  e.params = {{"layer", "criterion"},
-              {"direction", backward ? "bwd" : "fwd"},
-              {"dtype", std::string(dtype_name(dtype))},
-              {"batch", B},
-              {"seq_len", L},
-              {"tokens", N},
-              {"vocab", V},
-              {"epsilon", c.epsilon},
-              {"convention", c.convention},
-              {"padding_idx", kLayersSuitePaddingIdx},
-              {"pad_fraction", std::round((n - C) / n * 1e6) / 1e6},
-              {"counted_tokens", counted},
-              {"logit_range", kLogitRange},
-              {"grad_loss_sum", 1.0},
-              {"max_batch_tokens", c.max_batch_tokens}};
+  ExperimentSpec e = layer_experiment("criterion", dtype, B, L, backward, bytes, 0.0);
+  e.params.update({{"vocab", V},
+                   {"epsilon", c.epsilon},
+                   {"convention", c.convention},
+                   {"padding_idx", kLayersSuitePaddingIdx},
+                   {"pad_fraction", std::round((n - C) / n * 1e6) / 1e6},
+                   {"counted_tokens", counted},
+                   {"logit_range", kLogitRange},
+                   {"grad_loss_sum", 1.0},
+                   {"max_batch_tokens", c.max_batch_tokens}});
   e.inputs = {{"sentence_lengths", lengths}};
-  e.baseline = "baseline";
-  e.variants = {{"baseline", bytes, 0.0}, {"managed", bytes, 0.0}};
   e.prepare = [c, targets, V, backward] {
     return dispatch_dtype(
         c.dtype, [&](auto tag) { return prepare_criterion<decltype(tag)>(c, targets, V, backward); });
@@ -154,12 +130,10 @@ ExperimentSpec criterion_experiment(DType dtype, int tokens, int L, bool backwar
 }  // namespace
 
 void add_criterion_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  const int tokens = layers_suite_tokens(options.quick);
-  const std::vector<int> lengths = layers_suite_lengths(options.quick);
-  for (const DType dtype : {DType::f16, DType::bf16})
-    for (const bool backward : {false, true})
-      for (const int L : lengths)
-        suite.experiments.push_back(criterion_experiment(dtype, tokens, L, backward));
+  add_layer_sweep(suite, options,
+                  [](DType dtype, int tokens, int, int L, bool backward) {  // no max_len: rows only
+                    return criterion_experiment(dtype, tokens, L, backward);
+                  });
 }
 
 }  // namespace seqbench::layer_experiments

@@ -36,10 +36,9 @@
 #include "core/device_buffer.h"
 #include "core/dtype.h"
 #include "layers/baseline_embedding_layer.h"
-#include "layers/caching_allocator.h"
-#include "layers/device_allocator.h"
 #include "layers/embedding_layer.h"
 #include "suites/layers/layer_experiments.h"
+#include "suites/layers/layer_timing.h"
 #include "suites/operators/check_util.h"
 #include "suites/suite_layers.h"
 
@@ -51,14 +50,9 @@ constexpr std::uint64_t kEmbeddingOffset = 0;
 
 // The state of one timing experiment: inputs, the parameters, both layers and their allocators.
 template <class T>
-struct EmbeddingState {
+struct EmbeddingState : LayerPair<layers::EmbeddingLayer, layers::BaselineEmbeddingLayer> {
   DeviceBuffer<std::int32_t> tokens;
   DeviceBuffer<T> table, d_table, y, dy;
-  layers::CudaAllocator cuda;
-  layers::CountingAllocator managed_counter{cuda}, baseline_counter{cuda};
-  layers::CachingAllocator cache{baseline_counter};
-  std::unique_ptr<layers::EmbeddingLayer> managed;
-  std::unique_ptr<layers::BaselineEmbeddingLayer> baseline;
 };
 
 template <class T>
@@ -81,26 +75,19 @@ PreparedExperiment prepare_embedding(const layers::EmbeddingLayerConfig& c,
   st->baseline = std::make_unique<layers::BaselineEmbeddingLayer>(c, w, g, st->cache);
   EmbeddingState<T>* s = st.get();
   const auto ub = static_cast<std::size_t>(B), ul = static_cast<std::size_t>(L);
-  const auto fwd_baseline = [s, ub, ul](cudaStream_t stream) {
-    s->baseline->forward(s->y.data(), s->tokens.data(), ub, ul, kDropoutSeed, kEmbeddingOffset, stream);
-  };
-  const auto fwd_managed = [s, ub, ul](cudaStream_t stream) {
-    s->managed->forward(s->y.data(), s->tokens.data(), ub, ul, kDropoutSeed, kEmbeddingOffset, stream);
-  };
-  PreparedExperiment p;
-  if (!backward) {
-    p.variants = {fwd_baseline, fwd_managed};
-  } else {
-    // The forward each backward differentiates runs once here; the baseline keeps its graph.
-    fwd_baseline(nullptr);
-    fwd_managed(nullptr);
-    p.variants = {
-        [s](cudaStream_t stream) { s->baseline->backward(s->dy.data(), s->tokens.data(), stream, true); },
-        [s](cudaStream_t stream) { s->managed->backward(s->dy.data(), s->tokens.data(), stream); }};
-  }
-  // One run of each before timing (the caching allocator's first blocks, the sinusoid table).
-  for (const Work& work : p.variants) work(nullptr);
-  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  // One run of each before timing also builds the sinusoid table.
+  PreparedExperiment p = time_pair(
+      {[s, ub, ul](cudaStream_t stream) {
+         s->baseline->forward(s->y.data(), s->tokens.data(), ub, ul, kDropoutSeed, kEmbeddingOffset, stream);
+       },
+       [s, ub, ul](cudaStream_t stream) {
+         s->managed->forward(s->y.data(), s->tokens.data(), ub, ul, kDropoutSeed, kEmbeddingOffset, stream);
+       },
+       [s](cudaStream_t stream, bool retain_graph) {
+         s->baseline->backward(s->dy.data(), s->tokens.data(), stream, retain_graph);
+       },
+       [s](cudaStream_t stream) { s->managed->backward(s->dy.data(), s->tokens.data(), stream); }},
+      backward);
   p.state = st;
   return p;
 }
@@ -174,33 +161,23 @@ ExperimentSpec embedding_experiment(DType dtype, int tokens, int max_len, int L,
   const double bytes = backward ? n * 4 + C * H * s + V * H * s : n * 4 + D * H * s + n * H * s;
   const double pad_fraction = std::round((n - C) / n * 1e6) / 1e6;
 
-  ExperimentSpec e;
-  e.name = std::string(backward ? "embedding_bwd/" : "embedding_fwd/") + std::string(dtype_name(dtype)) +
-           "/B=" + std::to_string(B) + ",L=" + std::to_string(L);
-  e.params = {{"layer", "embedding"},
-              {"direction", backward ? "bwd" : "fwd"},
-              {"dtype", std::string(dtype_name(dtype))},
-              {"batch", B},
-              {"seq_len", L},
-              {"tokens", N},
-              {"vocab", c.vocab_size},
-              {"hidden", c.embedding_dim},
-              {"padding_idx", c.padding_idx},
-              {"positions", "sinusoidal"},
-              {"indexing", "nonpad_count"},
-              {"position_offset", c.position_offset},
-              {"scale", c.effective_scale()},
-              {"dropout", c.dropout},
-              {"deterministic_backward", true},
-              {"pad_fraction", pad_fraction},
-              {"nonpad_tokens", counted},
-              {"distinct_token_rows", distinct.size()},
-              {"zero_fill_bytes", backward ? (V - D) * H * s : 0.0},
-              {"max_batch_tokens", c.max_batch_tokens},
-              {"max_seq_len", c.max_seq_len}};
+  ExperimentSpec e = layer_experiment("embedding", dtype, B, L, backward, bytes, 0.0);
+  e.params.update({{"vocab", c.vocab_size},
+                   {"hidden", c.embedding_dim},
+                   {"padding_idx", c.padding_idx},
+                   {"positions", "sinusoidal"},
+                   {"indexing", "nonpad_count"},
+                   {"position_offset", c.position_offset},
+                   {"scale", c.effective_scale()},
+                   {"dropout", c.dropout},
+                   {"deterministic_backward", true},
+                   {"pad_fraction", pad_fraction},
+                   {"nonpad_tokens", counted},
+                   {"distinct_token_rows", distinct.size()},
+                   {"zero_fill_bytes", backward ? (V - D) * H * s : 0.0},
+                   {"max_batch_tokens", c.max_batch_tokens},
+                   {"max_seq_len", c.max_seq_len}});
   e.inputs = {{"sentence_lengths", lengths}};
-  e.baseline = "baseline";
-  e.variants = {{"baseline", bytes, 0.0}, {"managed", bytes, 0.0}};
   e.prepare = [c, host_tokens, B, L, backward] {
     return dispatch_dtype(
         c.dtype, [&](auto tag) { return prepare_embedding<decltype(tag)>(c, host_tokens, B, L, backward); });
@@ -211,12 +188,7 @@ ExperimentSpec embedding_experiment(DType dtype, int tokens, int max_len, int L,
 }  // namespace
 
 void add_embedding_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  const int tokens = layers_suite_tokens(options.quick);
-  const std::vector<int> lengths = layers_suite_lengths(options.quick);
-  for (const DType dtype : {DType::f16, DType::bf16})
-    for (const bool backward : {false, true})
-      for (const int L : lengths)
-        suite.experiments.push_back(embedding_experiment(dtype, tokens, lengths.back(), L, backward));
+  add_layer_sweep(suite, options, embedding_experiment);
 }
 
 }  // namespace seqbench::layer_experiments

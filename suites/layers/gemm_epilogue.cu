@@ -118,6 +118,7 @@
 #include "layers/gemm.h"
 #include "layers/gemm_shapes.h"
 #include "suites/layers/layer_experiments.h"
+#include "suites/layers/layer_timing.h"
 #include "suites/operators/check_util.h"
 #include "suites/suite_layers.h"
 
@@ -326,26 +327,13 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
   // U(-1/√in, 1/√in) as ParameterBlock does, biases U(-0.05, 0.05).
   const float w_range = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_f)));
   std::uint64_t seed = kInputSeed + 100 * static_cast<std::uint64_t>(op);
-  switch (o.product) {
-    case Product::forward:  // a = in [rows, in_f], b = W [out_f, in_f]
-      st.a = DeviceBuffer<T>(count(rows, in_f));
-      st.b = DeviceBuffer<T>(count(out_f, in_f));
-      fill(st.a, seed++, -1.0f, 1.0f);
-      fill(st.b, seed++, -w_range, w_range);
-      break;
-    case Product::dx:  // a = dy [rows, out_f], b = W [out_f, in_f]
-      st.a = DeviceBuffer<T>(count(rows, out_f));
-      st.b = DeviceBuffer<T>(count(out_f, in_f));
-      fill(st.a, seed++, -1.0f, 1.0f);
-      fill(st.b, seed++, -w_range, w_range);
-      break;
-    case Product::dw:  // a = dy [rows, out_f], b = in [rows, in_f]
-      st.a = DeviceBuffer<T>(count(rows, out_f));
-      st.b = DeviceBuffer<T>(count(rows, in_f));
-      fill(st.a, seed++, -1.0f, 1.0f);
-      fill(st.b, seed++, -1.0f, 1.0f);
-      break;
-  }
+  // a: the input [rows, in_f] (forward) or dy [rows, out_f] (dX, dW), U(-1, 1); b: the weight
+  // [out_f, in_f] (forward, dX), U(-1/√in, 1/√in), or the input [rows, in_f] (dW), U(-1, 1).
+  const bool b_is_weight = o.product != Product::dw;
+  st.a = DeviceBuffer<T>(count(rows, o.product == Product::forward ? in_f : out_f));
+  st.b = DeviceBuffer<T>(count(b_is_weight ? out_f : rows, in_f));
+  fill(st.a, seed++, -1.0f, 1.0f);
+  fill(st.b, seed++, b_is_weight ? -w_range : -1.0f, b_is_weight ? w_range : 1.0f);
   const std::size_t n_out = count(s.m, s.n);
   st.out = DeviceBuffer<T>(n_out);
   GemmProblem plain = plain_problem(o, st.a.data(), st.b.data(), nullptr, rows, hidden, ffn);
@@ -439,6 +427,7 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
   PreparedExperiment prepared;
   EpilogueState<T>* sp = state.get();
   const std::int64_t m = s.m, n = s.n;
+  // The "separate" variant: the plain GEMM, then the op's kernel.
   switch (o.epilogue) {
     case GemmEpilogue::bias_relu:
     case GemmEpilogue::bias_gelu_tanh:
@@ -448,13 +437,6 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
         sp->gemm->template run<T>(sp->separate, stream);
         kernels::launch_bias_act_dropout_fwd<T>(sp->out.data(), sp->raw.data(), sp->bias.data(), m, n, act,
                                                 dropout, stream);
-      });
-      const bool drop = o.dropout;
-      prepared.variants.push_back([sp, m, n, drop, dropout](cudaStream_t stream) {
-        sp->gemm->template run<T>(sp->epilogue, stream);
-        if (drop)
-          kernels::launch_dropout_fwd<T>(sp->out.data(), sp->tmp.data(), static_cast<std::size_t>(m * n),
-                                         dropout, nullptr, 0, stream);
       });
       break;
     }
@@ -468,8 +450,6 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
         else
           kernels::launch_bias_add<T>(sp->out.data(), sp->raw.data(), sp->bias.data(), m, n, stream);
       });
-      prepared.variants.push_back(
-          [sp](cudaStream_t stream) { sp->gemm->template run<T>(sp->epilogue, stream); });
       break;
     }
     case GemmEpilogue::dgelu_tanh_bgrad: {
@@ -479,8 +459,6 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
             sp->out.data(), sp->dbias.data(), sp->raw.data(), sp->tmp.data(), sp->bias.data(), m, n,
             kernels::Activation::gelu_tanh, dropout, sp->workspace.data(), sp->workspace.size(), stream);
       });
-      prepared.variants.push_back(
-          [sp](cudaStream_t stream) { sp->gemm->template run<T>(sp->epilogue, stream); });
       break;
     }
     case GemmEpilogue::bgrad_a: {
@@ -489,13 +467,20 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
         kernels::launch_column_sum<T>(sp->dbias.data(), sp->a.data(), rows, out_f, sp->workspace.data(),
                                       sp->workspace.size(), stream);
       });
-      prepared.variants.push_back(
-          [sp](cudaStream_t stream) { sp->gemm->template run<T>(sp->epilogue, stream); });
       break;
     }
     case GemmEpilogue::none:
       break;
   }
+  // The "epilogue" variant: the GEMM with the epilogue; the fc1 *_dropout ops then the dropout
+  // kernel on its activation (tmp).
+  const bool drop = o.dropout;
+  prepared.variants.push_back([sp, m, n, drop, dropout](cudaStream_t stream) {
+    sp->gemm->template run<T>(sp->epilogue, stream);
+    if (drop)
+      kernels::launch_dropout_fwd<T>(sp->out.data(), sp->tmp.data(), static_cast<std::size_t>(m * n), dropout,
+                                     nullptr, 0, stream);
+  });
   // One run of each before timing (the plans exist already; this loads the kernels).
   for (const Work& w : prepared.variants) w(nullptr);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
@@ -537,7 +522,7 @@ ExperimentSpec epilogue_experiment(EpilogueOp op, DType dtype, std::int64_t rows
 
 void add_gemm_epilogue_experiments(SuiteSpec& suite, const SuiteOptions& options) {
   const std::int64_t rows = layers_suite_tokens(options.quick);
-  for (const DType dtype : {DType::f16, DType::bf16})
+  for (const DType dtype : kLayerDTypes)
     for (const EpilogueOp op : kOps) suite.experiments.push_back(epilogue_experiment(op, dtype, rows));
 }
 

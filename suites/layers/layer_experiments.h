@@ -4,7 +4,10 @@
 // suite's inside.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check_result.h"
@@ -25,8 +28,40 @@ void add_decoder_experiments(SuiteSpec& suite, const SuiteOptions& options);
 // transformer-big FFN and projection shapes (suites/layers/gemm_epilogue.cu).
 void add_gemm_epilogue_experiments(SuiteSpec& suite, const SuiteOptions& options);
 
-// Fig. 20's memory loop over the encoder layer, f16 and bf16 (see suites/suite_layers.h).
+// Fig. 20's memory loop (see suites/suite_layers.h), f16 and bf16: over the encoder layer
+// (encoder.cu) and over the decoder layer (decoder.cu); the loop itself is layer_timing.h's.
 std::vector<CheckResult> encoder_memory_checks(bool quick, std::uint64_t seed);
+std::vector<CheckResult> decoder_memory_checks(bool quick, std::uint64_t seed);
+
+// What the memory loop measured of one layer (layer_timing.h run_memory_loop).
+struct LoopStats {
+  std::size_t peak_bytes = 0;           // managed: the counter's peak; baseline: peak allocated
+  std::size_t peak_reserved_bytes = 0;  // device bytes held at the peak (the counter's peak)
+  std::uint64_t setup_allocations = 0;  // device allocations before the loop (construction)
+  std::uint64_t loop_allocations = 0;   // device allocations during the loop
+  std::uint64_t late_allocations = 0;   // ... during its second half
+};
+
+// The layers whose memory loop the suite checks, in check order: "encoder", "decoder".
+std::vector<std::string> memory_loop_layers();
+
+// The memory checks' name prefix: "layers/memory/<dtype>/" for the encoder (its names from before
+// the decoder's were added), "layers/memory/<layer>/<dtype>/" for any other layer.
+std::string memory_check_prefix(const std::string& layer, DType dtype);
+
+// Every memory check name the suite's gpu_checks produce, in their order: for each layer of
+// memory_loop_layers(), each dtype (f16, bf16): <prefix>peak_ratio, <prefix>steady_state_allocations.
+std::vector<std::string> memory_check_names();
+
+// The two checks of one layer's loop from its measurements (host only): "peak_ratio" passes when
+// managed.peak_bytes / eager.peak_bytes <= kMemoryRatioTarget (eager: the baseline; a baseline
+// peak of 0 fails),
+// "steady_state_allocations" when managed.loop_allocations == 0; the details give the shapes, the
+// seed and every number of both layers.
+std::vector<CheckResult> memory_loop_checks(const std::string& layer, DType dtype, std::uint64_t seed,
+                                            int tokens, int max_len,
+                                            const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
+                                            const LoopStats& managed, const LoopStats& eager);
 
 // --- the embedding and criterion layers (embedding.cu, criterion.cu) ----------------------------
 

@@ -84,7 +84,8 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
       "LightSeq2 Fig. 19/20: the Transformer-Big embedding, encoder, decoder and criterion layers, "
       "forward and backward, eager-like baseline (unfused kernels, caching allocator, uint8 masks) against "
       "the managed fused layer over sequence lengths; cuBLASLt epilogues against separate kernels at the "
-      "FFN and projection GEMMs; GPU checks: the encoder's peak device memory and allocation counts over a "
+      "FFN and projection GEMMs; GPU checks: the encoder's and the decoder's peak device memory and "
+      "allocation counts over a "
       "variable-length training loop";
   suite.needs_gpu = true;
   layer_experiments::add_encoder_experiments(suite, options);
@@ -95,7 +96,8 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
   const bool quick = options.quick;
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;
-    for (auto&& some : {layer_experiments::encoder_memory_checks(quick, seed)})
+    for (auto&& some : {layer_experiments::encoder_memory_checks(quick, seed),
+                        layer_experiments::decoder_memory_checks(quick, seed)})
       all.insert(all.end(), some.begin(), some.end());
     return all;
   };

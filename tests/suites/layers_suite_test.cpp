@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <optional>
@@ -184,6 +185,72 @@ TEST(LayersSuite, MemoryLoopShapesAreDeterministicAndInRange) {
   EXPECT_THROW(memory_loop_shapes(1, 0, 8192, 256), std::exception);
 }
 
+// Fig. 20's check names (computable without a GPU): the encoder's as before the decoder's were
+// added, the decoder's under layers/memory/decoder/, both dtypes, both checks, all distinct.
+TEST(LayersSuite, MemoryCheckNamesForBothLayers) {
+  using layer_experiments::memory_check_names;
+  using layer_experiments::memory_check_prefix;
+  EXPECT_EQ(layer_experiments::memory_loop_layers(), (std::vector<std::string>{"encoder", "decoder"}));
+  EXPECT_EQ(memory_check_prefix("encoder", DType::f16), "layers/memory/f16/");
+  EXPECT_EQ(memory_check_prefix("decoder", DType::bf16), "layers/memory/decoder/bf16/");
+  const std::vector<std::string> want = {
+      "layers/memory/f16/peak_ratio",          "layers/memory/f16/steady_state_allocations",
+      "layers/memory/bf16/peak_ratio",         "layers/memory/bf16/steady_state_allocations",
+      "layers/memory/decoder/f16/peak_ratio",  "layers/memory/decoder/f16/steady_state_allocations",
+      "layers/memory/decoder/bf16/peak_ratio", "layers/memory/decoder/bf16/steady_state_allocations"};
+  EXPECT_EQ(memory_check_names(), want);
+  EXPECT_EQ(std::set<std::string>(want.begin(), want.end()).size(), want.size());
+}
+
+// The checks built from a loop's measurements: names from memory_check_prefix, the 0.7 target on
+// managed / baseline peak allocated, zero steady-state allocations, the numbers in the details.
+TEST(LayersSuite, MemoryLoopChecksFromStats) {
+  using layer_experiments::LoopStats;
+  using layer_experiments::memory_loop_checks;
+  const auto shapes = memory_loop_shapes(3, kMemoryStepsQuick, 4096, 128);
+  const std::size_t MiB = std::size_t{1} << 20;
+  LoopStats eager;
+  eager.peak_bytes = 1000 * MiB;
+  eager.peak_reserved_bytes = 1200 * MiB;
+  eager.setup_allocations = 1;
+  eager.loop_allocations = 40;
+  eager.late_allocations = 3;
+  for (const std::string layer : {"encoder", "decoder"})
+    for (const DType dtype : {DType::f16, DType::bf16}) {
+      LoopStats managed;
+      managed.peak_bytes = 700 * MiB;  // exactly at the target: passes
+      managed.peak_reserved_bytes = managed.peak_bytes;
+      managed.setup_allocations = 1;
+      std::vector<CheckResult> r = memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, managed, eager);
+      ASSERT_EQ(r.size(), 2u);
+      const std::string prefix = layer_experiments::memory_check_prefix(layer, dtype);
+      EXPECT_EQ(r[0].name, prefix + "peak_ratio");
+      EXPECT_EQ(r[1].name, prefix + "steady_state_allocations");
+      EXPECT_TRUE(r[0].passed) << r[0].detail;
+      EXPECT_DOUBLE_EQ(r[0].max_rel_err, 0.7);
+      EXPECT_EQ(r[0].tolerance, kMemoryRatioTarget);
+      EXPECT_TRUE(r[1].passed) << r[1].detail;
+      EXPECT_NE(r[0].detail.find("transformer-big " + layer + " layer"), std::string::npos) << r[0].detail;
+      EXPECT_NE(r[0].detail.find("700.0 MiB"), std::string::npos) << r[0].detail;
+      EXPECT_NE(r[0].detail.find("1200.0 MiB"), std::string::npos) << r[0].detail;
+      EXPECT_NE(r[1].detail.find(std::to_string(shapes[0].first) + "x" + std::to_string(shapes[0].second)),
+                std::string::npos)
+          << r[1].detail;
+
+      managed.peak_bytes = 701 * MiB;  // above the target
+      managed.loop_allocations = 1;    // one allocation in the loop
+      r = memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, managed, eager);
+      EXPECT_FALSE(r[0].passed);
+      EXPECT_FALSE(r[1].passed);
+      EXPECT_EQ(r[1].max_abs_err, 1.0);
+
+      LoopStats empty;  // a baseline that allocated nothing cannot pass the ratio
+      r = memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, LoopStats{}, empty);
+      EXPECT_FALSE(r[0].passed);
+      EXPECT_TRUE(r[1].passed);
+    }
+}
+
 TEST(LayersSuite, RegisteredAfterTrainer) {
   const std::vector<SuiteSpec> all = all_suites(SuiteOptions{true});
   std::vector<std::string> names;
@@ -246,7 +313,8 @@ TEST(LayersSuite, EmbeddingExperiments) {
       EXPECT_EQ(p.at("indexing").get<std::string>(), "nonpad_count");
       EXPECT_EQ(p.at("position_offset").get<int>(), 2);
       EXPECT_DOUBLE_EQ(p.at("scale").get<double>(), 32.0);
-      EXPECT_DOUBLE_EQ(p.at("dropout").get<double>(), layers_suite_config(DType::f16, 4096, 128).hidden_dropout);
+      EXPECT_DOUBLE_EQ(p.at("dropout").get<double>(),
+                       layers_suite_config(DType::f16, 4096, 128).hidden_dropout);
       EXPECT_TRUE(p.at("deterministic_backward").get<bool>());
       EXPECT_EQ(p.at("max_seq_len").get<int>(), layers_suite_lengths(quick).back());
       // Minimal bytes, by hand (suites/layers/embedding.cu): N = tokens, C non-padding, D distinct.
