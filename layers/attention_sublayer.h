@@ -58,6 +58,25 @@ struct AttentionTensors {
   P out_weight{}, out_bias{};  // [H, H], [H]
 };
 
+// The attention views of a layer's tensor struct, shared by the managed and the baseline layers:
+// the encoder's one (EncoderLayerTensors: attn_ln_*, the fused qkv_* as q_*, out_*; no K/V
+// projection) and the decoder's two (DecoderLayerTensors: self_* with the fused self_qkv_* as
+// q_*; cross_* with its Q-only and K/V projections).
+template <class P, template <class> class LayerTensors>
+AttentionTensors<P> encoder_attention_tensors_of(const LayerTensors<P>& t) {
+  return {t.attn_ln_gamma, t.attn_ln_beta, t.qkv_weight, t.qkv_bias, P{}, P{}, t.out_weight, t.out_bias};
+}
+template <class P, template <class> class LayerTensors>
+AttentionTensors<P> self_attention_tensors_of(const LayerTensors<P>& t) {
+  return {t.self_ln_gamma,   t.self_ln_beta, t.self_qkv_weight, t.self_qkv_bias, P{}, P{},
+          t.self_out_weight, t.self_out_bias};
+}
+template <class P, template <class> class LayerTensors>
+AttentionTensors<P> cross_attention_tensors_of(const LayerTensors<P>& t) {
+  return {t.cross_ln_gamma,  t.cross_ln_beta, t.cross_q_weight,   t.cross_q_bias,
+          t.cross_kv_weight, t.cross_kv_bias, t.cross_out_weight, t.cross_out_bias};
+}
+
 // The planned tensors of one attention sub-layer (kNoTensor where the config does not use them).
 struct AttentionIds {
   AttentionKind kind = AttentionKind::self;
