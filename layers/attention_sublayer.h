@@ -42,6 +42,7 @@
 #include <string>
 
 #include "kernels/dropout.h"
+#include "kernels/qkv_reshape.h"
 #include "kernels/softmax.h"
 #include "layers/layer_run.h"
 
@@ -109,6 +110,29 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& ids, TensorId d_
 struct AttentionDims {
   std::int64_t batch = 0, q_len = 0, kv_len = 0;
 };
+
+// The kernels' shapes of one attention run, shared by AttentionSublayer and the baseline
+// sub-layers: the heads of `batch` sentences of `len` positions (`heads` heads of hidden / heads,
+// `projections` stacked), and the scores [batch, heads, q_len, k_len].
+inline kernels::HeadsShape attention_heads_shape(std::int64_t batch, std::int64_t len, std::int64_t heads,
+                                                 std::int64_t hidden, std::int64_t projections) {
+  kernels::HeadsShape s;
+  s.batch = batch;
+  s.len = len;
+  s.heads = heads;
+  s.hidden = hidden;
+  s.projections = projections;
+  return s;
+}
+inline kernels::SoftmaxShape attention_softmax_shape(std::int64_t batch, std::int64_t heads,
+                                                     std::int64_t q_len, std::int64_t k_len) {
+  kernels::SoftmaxShape s;
+  s.batch = batch;
+  s.heads = heads;
+  s.q_len = q_len;
+  s.k_len = k_len;
+  return s;
+}
 
 struct SublayerDropout {
   kernels::DropoutConfig first;   // the attention probabilities (attention) or activation (FFN)

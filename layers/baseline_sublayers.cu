@@ -38,23 +38,12 @@ Eager<T> Eager<T>::make(const LayerConfig& config, DeviceAllocator& allocator, G
 
 template <class T>
 kernels::HeadsShape Eager<T>::heads(std::int64_t len, std::int64_t projections) const {
-  kernels::HeadsShape s;
-  s.batch = B;
-  s.len = len;
-  s.heads = N;
-  s.hidden = H;
-  s.projections = projections;
-  return s;
+  return attention_heads_shape(B, len, N, H, projections);
 }
 
 template <class T>
 kernels::SoftmaxShape Eager<T>::softmax_shape(std::int64_t kv_len) const {
-  kernels::SoftmaxShape s;
-  s.batch = B;
-  s.heads = N;
-  s.q_len = L;
-  s.k_len = kv_len;
-  return s;
+  return attention_softmax_shape(B, N, L, kv_len);
 }
 
 // nn.Linear without a fused bias: GEMM into a temporary, then the bias add into a new tensor.
