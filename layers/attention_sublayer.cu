@@ -169,22 +169,9 @@ struct Sizes {
   bool pre, cross, attn_drop;
 
   kernels::HeadsShape heads(std::int64_t len, std::int64_t projections) const {
-    kernels::HeadsShape s;
-    s.batch = B;
-    s.len = len;
-    s.heads = N;
-    s.hidden = H;
-    s.projections = projections;
-    return s;
+    return attention_heads_shape(B, len, N, H, projections);
   }
-  kernels::SoftmaxShape softmax() const {
-    kernels::SoftmaxShape s;
-    s.batch = B;
-    s.heads = N;
-    s.q_len = Lq;
-    s.k_len = Lk;
-    return s;
-  }
+  kernels::SoftmaxShape softmax() const { return attention_softmax_shape(B, N, Lq, Lk); }
 };
 
 Sizes sizes_of(const LayerConfig& c, const AttentionIds& ids, const AttentionDims& dims) {

@@ -42,6 +42,7 @@
 #include <string>
 
 #include "kernels/dropout.h"
+#include "kernels/qkv_reshape.h"
 #include "kernels/softmax.h"
 #include "layers/layer_run.h"
 
@@ -57,6 +58,25 @@ struct AttentionTensors {
   P kv_weight{}, kv_bias{};    // cross only: [2H, H], [2H] (K rows first); null for self
   P out_weight{}, out_bias{};  // [H, H], [H]
 };
+
+// The attention views of a layer's tensor struct, shared by the managed and the baseline layers:
+// the encoder's one (EncoderLayerTensors: attn_ln_*, the fused qkv_* as q_*, out_*; no K/V
+// projection) and the decoder's two (DecoderLayerTensors: self_* with the fused self_qkv_* as
+// q_*; cross_* with its Q-only and K/V projections).
+template <class P, template <class> class LayerTensors>
+AttentionTensors<P> encoder_attention_tensors_of(const LayerTensors<P>& t) {
+  return {t.attn_ln_gamma, t.attn_ln_beta, t.qkv_weight, t.qkv_bias, P{}, P{}, t.out_weight, t.out_bias};
+}
+template <class P, template <class> class LayerTensors>
+AttentionTensors<P> self_attention_tensors_of(const LayerTensors<P>& t) {
+  return {t.self_ln_gamma,   t.self_ln_beta, t.self_qkv_weight, t.self_qkv_bias, P{}, P{},
+          t.self_out_weight, t.self_out_bias};
+}
+template <class P, template <class> class LayerTensors>
+AttentionTensors<P> cross_attention_tensors_of(const LayerTensors<P>& t) {
+  return {t.cross_ln_gamma,  t.cross_ln_beta, t.cross_q_weight,   t.cross_q_bias,
+          t.cross_kv_weight, t.cross_kv_bias, t.cross_out_weight, t.cross_out_bias};
+}
 
 // The planned tensors of one attention sub-layer (kNoTensor where the config does not use them).
 struct AttentionIds {
@@ -90,6 +110,29 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& ids, TensorId d_
 struct AttentionDims {
   std::int64_t batch = 0, q_len = 0, kv_len = 0;
 };
+
+// The kernels' shapes of one attention run, shared by AttentionSublayer and the baseline
+// sub-layers: the heads of `batch` sentences of `len` positions (`heads` heads of hidden / heads,
+// `projections` stacked), and the scores [batch, heads, q_len, k_len].
+inline kernels::HeadsShape attention_heads_shape(std::int64_t batch, std::int64_t len, std::int64_t heads,
+                                                 std::int64_t hidden, std::int64_t projections) {
+  kernels::HeadsShape s;
+  s.batch = batch;
+  s.len = len;
+  s.heads = heads;
+  s.hidden = hidden;
+  s.projections = projections;
+  return s;
+}
+inline kernels::SoftmaxShape attention_softmax_shape(std::int64_t batch, std::int64_t heads,
+                                                     std::int64_t q_len, std::int64_t k_len) {
+  kernels::SoftmaxShape s;
+  s.batch = batch;
+  s.heads = heads;
+  s.q_len = q_len;
+  s.k_len = k_len;
+  return s;
+}
 
 struct SublayerDropout {
   kernels::DropoutConfig first;   // the attention probabilities (attention) or activation (FFN)

@@ -19,10 +19,7 @@ namespace seqbench::layers {
 namespace {
 
 void require_element_aligned(const void* p, std::size_t alignment, const char* where, const char* what) {
-  SEQBENCH_REQUIRE(p != nullptr, "BaselineCriterionLayer::" << where << ": " << what << " is null");
-  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
-                   "BaselineCriterionLayer::" << where << ": " << what << " (" << p
-                                              << ") is not aligned to its " << alignment << "-byte element");
+  require_criterion_pointer("BaselineCriterionLayer", p, alignment, where, what);
 }
 
 }  // namespace
@@ -71,16 +68,7 @@ std::size_t BaselineCriterionLayer::saved_bytes() const {
 CriterionOutputs BaselineCriterionLayer::forward(const void* logits, const std::int32_t* targets,
                                                  std::int64_t rows, std::int64_t vocab, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("baseline_criterion_layer_fwd");
-  SEQBENCH_REQUIRE(rows >= 1 && rows <= config_.max_batch_tokens,
-                   "BaselineCriterionLayer::forward: rows " << rows << " outside [1, max_batch_tokens "
-                                                            << config_.max_batch_tokens << "]");
-  SEQBENCH_REQUIRE(vocab >= 1 && vocab <= kernels::kCrossEntropyMaxVocab,
-                   "BaselineCriterionLayer::forward: vocab " << vocab << " outside [1, "
-                                                             << kernels::kCrossEntropyMaxVocab << "]");
-  (void)kernels::cross_entropy_weights(kernel_config_, vocab);  // the convention's limits on V
-  const std::size_t elem = dtype_size(config_.dtype);
-  require_element_aligned(logits, elem, "forward", "logits");
-  require_element_aligned(targets, sizeof(std::int32_t), "forward", "targets");
+  require_criterion_forward("BaselineCriterionLayer", config_, kernel_config_, logits, targets, rows, vocab);
 
   Impl& m = *impl_;
   // The previous forward's graph and outputs are dropped before this one's are made.

@@ -17,56 +17,23 @@ namespace seqbench::layers {
 namespace {
 
 using baseline::AttentionSaved;
-using baseline::Buf;
 using baseline::Eager;
 using baseline::FfnSaved;
 
-// The decoder's two attention sub-layers in the shared sub-layer's terms (as DecoderLayer's views).
-template <class P>
-AttentionTensors<P> self_view(const DecoderLayerTensors<P>& t) {
-  AttentionTensors<P> a;
-  a.ln_gamma = t.self_ln_gamma;
-  a.ln_beta = t.self_ln_beta;
-  a.q_weight = t.self_qkv_weight;
-  a.q_bias = t.self_qkv_bias;
-  a.out_weight = t.self_out_weight;
-  a.out_bias = t.self_out_bias;
-  return a;
-}
-
-template <class P>
-AttentionTensors<P> cross_view(const DecoderLayerTensors<P>& t) {
-  AttentionTensors<P> a;
-  a.ln_gamma = t.cross_ln_gamma;
-  a.ln_beta = t.cross_ln_beta;
-  a.q_weight = t.cross_q_weight;
-  a.q_bias = t.cross_q_bias;
-  a.kv_weight = t.cross_kv_weight;
-  a.kv_bias = t.cross_kv_bias;
-  a.out_weight = t.cross_out_weight;
-  a.out_bias = t.cross_out_bias;
-  return a;
-}
-
 }  // namespace
 
-struct BaselineDecoderLayer::Impl {
-  DeviceAllocator& allocator;
-  Buf gemm_workspace;
-  std::unique_ptr<Gemm> gemm;
-  // The last forward and what its backward reads.
-  bool have_forward = false;
-  std::size_t batch = 0, len = 0, src_len = 0;
+struct BaselineDecoderLayer::Impl : baseline::LayerState {
+  // The last forward's source length and inputs, and what its backward reads.
+  std::size_t src_len = 0;
   const void* x = nullptr;
   const void* enc = nullptr;
-  std::uint64_t seed = 0, base_offset = 0;
   AttentionSaved self;
-  Buf x1;  // the self-attention sub-layer's output, the cross-attention's input [T, H]
+  EagerTensor x1;  // the self-attention sub-layer's output, the cross-attention's input [T, H]
   AttentionSaved cross;
-  Buf x2;  // the cross-attention sub-layer's output, the FFN's input [T, H]
+  EagerTensor x2;  // the cross-attention sub-layer's output, the FFN's input [T, H]
   FfnSaved ffn;
 
-  explicit Impl(DeviceAllocator& a) : allocator(a) {}
+  using LayerState::LayerState;
 
   void release() {
     self = AttentionSaved{};
@@ -77,27 +44,19 @@ struct BaselineDecoderLayer::Impl {
     have_forward = false;
   }
 
-  template <class T>
-  Eager<T> eager(const LayerConfig& c, cudaStream_t stream, bool free_saved) const {
-    return Eager<T>::make(c, allocator, *gemm, stream, batch, len, free_saved);
-  }
-
   std::size_t bytes(const LayerConfig& c, std::size_t positions) const {
     return batch * positions * static_cast<std::size_t>(c.hidden) * dtype_size(c.dtype);
   }
 
   // Dropout streams base+0..5 in DecoderLayer's and ref::decoder_layer_dropout_masks' order.
   SublayerDropout self_dropout(const LayerConfig& c) const {
-    return {{static_cast<float>(c.attn_dropout), seed, base_offset + 0},
-            {static_cast<float>(c.hidden_dropout), seed, base_offset + 1}};
+    return dropouts(c.attn_dropout, c.hidden_dropout, 0);
   }
   SublayerDropout cross_dropout(const LayerConfig& c) const {
-    return {{static_cast<float>(c.attn_dropout), seed, base_offset + 2},
-            {static_cast<float>(c.hidden_dropout), seed, base_offset + 3}};
+    return dropouts(c.attn_dropout, c.hidden_dropout, 2);
   }
   SublayerDropout ffn_dropout(const LayerConfig& c) const {
-    return {{static_cast<float>(c.activation_dropout), seed, base_offset + 4},
-            {static_cast<float>(c.hidden_dropout), seed, base_offset + 5}};
+    return dropouts(c.activation_dropout, c.hidden_dropout, 4);
   }
 };
 
@@ -109,8 +68,7 @@ BaselineDecoderLayer::BaselineDecoderLayer(const LayerConfig& config, const Deco
   const std::string missing =
       null_parameters(weights_, grads_, [](auto& t, auto&& fn) { for_each_decoder_tensor(t, fn); });
   SEQBENCH_REQUIRE(missing.empty(), "BaselineDecoderLayer: null parameter pointer(s): " << missing);
-  impl_ = std::make_unique<Impl>(allocator);
-  impl_->gemm_workspace = Buf(allocator, options_.gemm_workspace_bytes);
+  impl_ = std::make_unique<Impl>(allocator, options_.gemm_workspace_bytes);
 }
 
 BaselineDecoderLayer::~BaselineDecoderLayer() {
@@ -147,12 +105,8 @@ void BaselineDecoderLayer::forward(void* y, const void* x, const void* encoder_o
                                                                  << kDecoderLayerDropoutOffsets
                                                                  << " dropout streams");
   m.release();  // the previous graph is dropped before this one is built
-  if (!m.gemm) m.gemm = std::make_unique<Gemm>(m.gemm_workspace.get(), m.gemm_workspace.bytes());
-  m.batch = batch_size;
-  m.len = target_len;
+  m.begin_forward(batch_size, target_len, seed, base_offset);
   m.src_len = source_len;
-  m.seed = seed;
-  m.base_offset = base_offset;
   kernels::SoftmaxMask self_mask;
   self_mask.causal = true;
   self_mask.key_lengths = target_lengths;
@@ -164,11 +118,11 @@ void BaselineDecoderLayer::forward(void* y, const void* x, const void* encoder_o
     const Eager<T> e = m.template eager<T>(config_, stream, true);
     m.x1 = e.tensor(e.T_ * e.H);
     e.attention_forward(m.self, m.x1.template as<T>(), static_cast<const T*>(x), nullptr, e.L,
-                        self_view(weights_), self_mask, m.self_dropout(config_));
+                        self_attention_tensors_of(weights_), self_mask, m.self_dropout(config_));
     m.x2 = e.tensor(e.T_ * e.H);
     e.attention_forward(m.cross, m.x2.template as<T>(), m.x1.template as<T>(),
-                        static_cast<const T*>(encoder_out), S, cross_view(weights_), cross_mask,
-                        m.cross_dropout(config_));
+                        static_cast<const T*>(encoder_out), S, cross_attention_tensors_of(weights_),
+                        cross_mask, m.cross_dropout(config_));
     e.ffn_forward(m.ffn, static_cast<T*>(y), m.x2.template as<T>(), ffn_tensors_of(weights_),
                   m.ffn_dropout(config_));
   });
@@ -198,19 +152,20 @@ void BaselineDecoderLayer::backward(void* dx, void* d_encoder_out, const void* d
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     const Eager<T> e = m.template eager<T>(config_, stream, !retain_graph);
-    Buf d_x2 = e.tensor(e.T_ * e.H);
+    EagerTensor d_x2 = e.tensor(e.T_ * e.H);
     e.ffn_backward(m.ffn, d_x2.template as<T>(), static_cast<const T*>(dy), m.x2.template as<T>(),
                    ffn_tensors_of(weights_), ffn_tensors_of(grads_), m.ffn_dropout(config_));
     e.drop(m.x2);  // the FFN's input: nothing in the attentions' backward reads it
-    Buf d_x1 = e.tensor(e.T_ * e.H);
+    EagerTensor d_x1 = e.tensor(e.T_ * e.H);
     e.attention_backward(m.cross, d_x1.template as<T>(), static_cast<T*>(d_encoder_out),
                          d_x2.template as<T>(), m.x1.template as<T>(), static_cast<const T*>(encoder_out), S,
-                         cross_view(weights_), cross_view(grads_), m.cross_dropout(config_));
+                         cross_attention_tensors_of(weights_), cross_attention_tensors_of(grads_),
+                         m.cross_dropout(config_));
     d_x2.reset();
     e.drop(m.x1);  // the cross-attention's input: the self-attention's backward does not read it
     e.attention_backward(m.self, static_cast<T*>(dx), nullptr, d_x1.template as<T>(),
-                         static_cast<const T*>(x), nullptr, e.L, self_view(weights_), self_view(grads_),
-                         m.self_dropout(config_));
+                         static_cast<const T*>(x), nullptr, e.L, self_attention_tensors_of(weights_),
+                         self_attention_tensors_of(grads_), m.self_dropout(config_));
   });
   if (!retain_graph) m.release();
 }

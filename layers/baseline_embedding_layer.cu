@@ -23,9 +23,7 @@ namespace seqbench::layers {
 namespace {
 
 void require_aligned(const void* p, std::size_t alignment, const char* where, const char* what) {
-  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
-                   "BaselineEmbeddingLayer::" << where << ": " << what << " (" << p
-                                              << ") is not aligned to its " << alignment << "-byte element");
+  require_embedding_aligned("BaselineEmbeddingLayer", p, alignment, where, what);
 }
 
 // fairseq's SinusoidalPositionalEmbedding table, [rows, hidden] (all sines, then all cosines; odd
@@ -73,28 +71,7 @@ BaselineEmbeddingLayer::BaselineEmbeddingLayer(const EmbeddingLayerConfig& confi
                                                const EmbeddingLayerGrads& grads, DeviceAllocator& allocator)
     : config_(config), weights_(weights), grads_(grads) {
   config_.validate();
-  std::string missing;
-  const auto need = [&](bool ok, const char* name) {
-    if (!ok) missing += std::string(missing.empty() ? "" : ", ") + name;
-  };
-  need(weights_.token_table != nullptr, "weights.token_table");
-  need(grads_.token_table != nullptr, "grads.token_table");
-  if (config_.learned()) {
-    need(weights_.position_table != nullptr, "weights.position_table");
-    need(grads_.position_table != nullptr, "grads.position_table");
-  }
-  SEQBENCH_REQUIRE(missing.empty(), "BaselineEmbeddingLayer: null parameter pointer(s): " << missing);
-  SEQBENCH_REQUIRE(
-      config_.learned() || (weights_.position_table == nullptr && grads_.position_table == nullptr),
-      "BaselineEmbeddingLayer: a position table was given, but sinusoidal positions have none (it would "
-      "be neither read nor written)");
-  const std::size_t elem = dtype_size(config_.dtype);
-  require_aligned(weights_.token_table, elem, "BaselineEmbeddingLayer", "weights.token_table");
-  require_aligned(grads_.token_table, elem, "BaselineEmbeddingLayer", "grads.token_table");
-  if (config_.learned()) {
-    require_aligned(weights_.position_table, elem, "BaselineEmbeddingLayer", "weights.position_table");
-    require_aligned(grads_.position_table, elem, "BaselineEmbeddingLayer", "grads.position_table");
-  }
+  require_embedding_parameters("BaselineEmbeddingLayer", config_, weights_, grads_);
   impl_ = std::make_unique<Impl>(allocator);
 }
 
@@ -118,23 +95,9 @@ void BaselineEmbeddingLayer::forward(void* y, const std::int32_t* tokens, std::s
                                      std::size_t seq_len, std::uint64_t seed, std::uint64_t offset,
                                      cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("baseline_embedding_layer_fwd");
-  config_.check_batch(batch_size, seq_len);
-  SEQBENCH_REQUIRE(y != nullptr, "BaselineEmbeddingLayer::forward: y is null");
-  SEQBENCH_REQUIRE(tokens != nullptr, "BaselineEmbeddingLayer::forward: tokens is null");
+  const std::size_t y_bytes =
+      require_embedding_forward("BaselineEmbeddingLayer", config_, y, tokens, batch_size, seq_len, offset).y;
   const std::size_t elem = dtype_size(config_.dtype);
-  require_aligned(y, elem, "forward", "y");
-  require_aligned(tokens, sizeof(std::int32_t), "forward", "tokens");
-  const std::size_t n = batch_size * seq_len;
-  const std::size_t y_bytes = n * static_cast<std::size_t>(config_.embedding_dim) * elem;
-  const std::size_t tok_bytes = n * sizeof(std::int32_t);
-  SEQBENCH_REQUIRE(!bytes_overlap(y, y_bytes, tokens, tok_bytes),
-                   "BaselineEmbeddingLayer::forward: y (" << y_bytes << " bytes) overlaps tokens ("
-                                                          << tok_bytes
-                                                          << " bytes); backward needs the tokens unchanged");
-  SEQBENCH_REQUIRE(offset <= UINT64_MAX - kEmbeddingLayerDropoutOffsets,
-                   "BaselineEmbeddingLayer::forward: offset " << offset << " leaves no room for the "
-                                                              << kEmbeddingLayerDropoutOffsets
-                                                              << " dropout stream");
   // The fused kernel refuses a y overlapping its inputs before it runs; the eager sequence writes y
   // only in its last op, after the tables were read, so the same rule is checked here up front.
   const std::size_t table_bytes =

@@ -38,32 +38,21 @@ Eager<T> Eager<T>::make(const LayerConfig& config, DeviceAllocator& allocator, G
 
 template <class T>
 kernels::HeadsShape Eager<T>::heads(std::int64_t len, std::int64_t projections) const {
-  kernels::HeadsShape s;
-  s.batch = B;
-  s.len = len;
-  s.heads = N;
-  s.hidden = H;
-  s.projections = projections;
-  return s;
+  return attention_heads_shape(B, len, N, H, projections);
 }
 
 template <class T>
 kernels::SoftmaxShape Eager<T>::softmax_shape(std::int64_t kv_len) const {
-  kernels::SoftmaxShape s;
-  s.batch = B;
-  s.heads = N;
-  s.q_len = L;
-  s.k_len = kv_len;
-  return s;
+  return attention_softmax_shape(B, N, L, kv_len);
 }
 
 // nn.Linear without a fused bias: GEMM into a temporary, then the bias add into a new tensor.
 template <class T>
-Buf Eager<T>::linear(const T* in, const void* w, const void* bias, std::int64_t rows, std::int64_t out_f,
-                     std::int64_t in_f) const {
-  Buf raw = tensor(rows * out_f);
+EagerTensor Eager<T>::linear(const T* in, const void* w, const void* bias, std::int64_t rows,
+                             std::int64_t out_f, std::int64_t in_f) const {
+  EagerTensor raw = tensor(rows * out_f);
   gemm.run<T>(linear_forward(in, w, raw.get(), rows, out_f, in_f), stream);
-  Buf z = tensor(rows * out_f);
+  EagerTensor z = tensor(rows * out_f);
   kernels::launch_bias_add<T>(z.as<T>(), raw.as<T>(), as<T>(bias), rows, out_f, stream);
   return z;  // raw is freed here: nothing reads it again
 }
@@ -71,14 +60,14 @@ Buf Eager<T>::linear(const T* in, const void* w, const void* bias, std::int64_t 
 // dX (into a new tensor, or into dx_into when given: then the returned tensor is empty) and dW
 // (into the gradient) of an nn.Linear, and its bias gradient.
 template <class T>
-Buf Eager<T>::linear_bwd(const T* dy, const T* in, const void* w, void* dw, void* dbias, std::int64_t rows,
-                         std::int64_t out_f, std::int64_t in_f, T* dx_into) const {
+EagerTensor Eager<T>::linear_bwd(const T* dy, const T* in, const void* w, void* dw, void* dbias,
+                                 std::int64_t rows, std::int64_t out_f, std::int64_t in_f, T* dx_into) const {
   {
     const std::size_t need = kernels::column_sum_workspace_bytes(rows, out_f);
-    Buf ws = bytes(need);
+    EagerTensor ws = bytes(need);
     kernels::launch_column_sum<T>(as<T>(dbias), dy, rows, out_f, ws.get(), need, stream);
   }
-  Buf dx;
+  EagerTensor dx;
   T* dx_ptr = dx_into;
   if (dx_ptr == nullptr) {
     dx = tensor(rows * in_f);
@@ -91,23 +80,24 @@ Buf Eager<T>::linear_bwd(const T* dy, const T* in, const void* w, void* dw, void
 
 // y = LayerNorm(x) into `y`, the statistics into mean/rstd (allocated here).
 template <class T>
-void Eager<T>::layernorm(T* y, Buf& mean, Buf& rstd, const T* x, const void* gamma, const void* beta) const {
+void Eager<T>::layernorm(T* y, EagerTensor& mean, EagerTensor& rstd, const T* x, const void* gamma,
+                         const void* beta) const {
   mean = stats();
   rstd = stats();
   const std::size_t need = kernels::layernorm_unfused_forward_workspace_bytes(c.dtype, T_, c.hidden);
-  Buf ws = bytes(need);
+  EagerTensor ws = bytes(need);
   kernels::launch_layernorm_forward_unfused<T>(y, mean.as<float>(), rstd.as<float>(), x, as<T>(gamma),
                                                as<T>(beta), T_, c.hidden, eps, ws.get(), need, stream);
 }
 
 // dx of a LayerNorm (new tensor), its parameter gradients written; frees the statistics.
 template <class T>
-Buf Eager<T>::layernorm_bwd(const T* dy, const T* x, const void* gamma, void* dgamma, void* dbeta, Buf& mean,
-                            Buf& rstd) const {
-  Buf dx = tensor(T_ * H);
+EagerTensor Eager<T>::layernorm_bwd(const T* dy, const T* x, const void* gamma, void* dgamma, void* dbeta,
+                                    EagerTensor& mean, EagerTensor& rstd) const {
+  EagerTensor dx = tensor(T_ * H);
   {
     const std::size_t need = kernels::layernorm_unfused_backward_workspace_bytes(c.dtype, T_, c.hidden);
-    Buf ws = bytes(need);
+    EagerTensor ws = bytes(need);
     kernels::launch_layernorm_backward_unfused<T>(dx.as<T>(), as<T>(dgamma), as<T>(dbeta), dy, x,
                                                   as<T>(gamma), mean.as<float>(), rstd.as<float>(), T_,
                                                   c.hidden, ws.get(), need, stream);
@@ -121,7 +111,7 @@ Buf Eager<T>::layernorm_bwd(const T* dy, const T* x, const void* gamma, void* dg
 // in `mask`, output in `out`) and the output pointer is returned; for p = 0 nothing runs and `in`
 // is returned (ATen's identity for p = 0).
 template <class T>
-const T* Eager<T>::dropout(Buf& out, Buf& mask, const T* in, std::int64_t n,
+const T* Eager<T>::dropout(EagerTensor& out, EagerTensor& mask, const T* in, std::int64_t n,
                            const kernels::DropoutConfig& cfg) const {
   if (cfg.p == 0.0f) return in;
   const std::size_t count = static_cast<std::size_t>(n);
@@ -135,7 +125,8 @@ const T* Eager<T>::dropout(Buf& out, Buf& mask, const T* in, std::int64_t n,
 // Its backward: dx = dy · mask / (1 - p) (new tensor in `out`, returned), or dy for p = 0. Frees
 // the (saved) mask.
 template <class T>
-const T* Eager<T>::dropout_bwd(Buf& out, Buf& mask, const T* dy, std::int64_t n, float p) const {
+const T* Eager<T>::dropout_bwd(EagerTensor& out, EagerTensor& mask, const T* dy, std::int64_t n,
+                               float p) const {
   if (p == 0.0f) return dy;
   out = tensor(n);
   kernels::launch_dropout_apply_u8<T>(out.as<T>(), dy, mask.as<std::uint8_t>(), static_cast<std::size_t>(n),
@@ -147,11 +138,12 @@ const T* Eager<T>::dropout_bwd(Buf& out, Buf& mask, const T* dy, std::int64_t n,
 // The sub-layers' common tail: o = in·Wᵀ + b; out = x + dropout(o) (pre), or
 // out = LN(residual = x + dropout(o)) (post, residual and statistics kept).
 template <class T>
-void Eager<T>::residual_tail(T* out, Buf& residual, Buf& mean, Buf& rstd, Buf& out_mask, const T* in,
-                             const void* w, const void* bias, std::int64_t in_f, const T* x,
-                             const void* gamma, const void* beta, const kernels::DropoutConfig& cfg) const {
-  Buf o = linear(in, w, bias, T_, H, in_f);
-  Buf dropped;
+void Eager<T>::residual_tail(T* out, EagerTensor& residual, EagerTensor& mean, EagerTensor& rstd,
+                             EagerTensor& out_mask, const T* in, const void* w, const void* bias,
+                             std::int64_t in_f, const T* x, const void* gamma, const void* beta,
+                             const kernels::DropoutConfig& cfg) const {
+  EagerTensor o = linear(in, w, bias, T_, H, in_f);
+  EagerTensor dropped;
   const T* od = dropout(dropped, out_mask, o.as<T>(), T_ * H, cfg);
   if (c.pre_layer_norm) {
     kernels::launch_residual_add<T>(out, od, x, T_, H, stream);
@@ -167,8 +159,9 @@ void Eager<T>::residual_tail(T* out, Buf& residual, Buf& mean, Buf& rstd, Buf& o
 // The tail's backward: the gradient of o (returned in `d_o_buf` or aliasing) and of the residual
 // path (`d_res`: d_out itself for pre-LN, a new tensor for post-LN).
 template <class T>
-const T* Eager<T>::residual_tail_bwd(Buf& d_res_buf, Buf& d_o_buf, const T* d_out, Buf& residual, Buf& mean,
-                                     Buf& rstd, Buf& out_mask, const void* gamma, void* dgamma, void* dbeta,
+const T* Eager<T>::residual_tail_bwd(EagerTensor& d_res_buf, EagerTensor& d_o_buf, const T* d_out,
+                                     EagerTensor& residual, EagerTensor& mean, EagerTensor& rstd,
+                                     EagerTensor& out_mask, const void* gamma, void* dgamma, void* dbeta,
                                      float p, const T** d_res) const {
   *d_res = d_out;
   if (!c.pre_layer_norm) {
@@ -182,10 +175,11 @@ const T* Eager<T>::residual_tail_bwd(Buf& d_res_buf, Buf& d_o_buf, const T* d_ou
 // The sub-layers' input gradient from d_in (the gradient of the sub-layer's first GEMM input):
 // pre-LN d_x = LN_bwd(d_in) + d_out; post-LN d_x = d_in + d_res. Frees d_in.
 template <class T>
-void Eager<T>::input_grad(T* d_x, Buf& d_in, const T* d_out, const T* d_res, const T* x, const void* gamma,
-                          void* dgamma, void* dbeta, Buf& mean, Buf& rstd) const {
+void Eager<T>::input_grad(T* d_x, EagerTensor& d_in, const T* d_out, const T* d_res, const T* x,
+                          const void* gamma, void* dgamma, void* dbeta, EagerTensor& mean,
+                          EagerTensor& rstd) const {
   if (c.pre_layer_norm) {
-    Buf d_ln = layernorm_bwd(d_in.as<T>(), x, gamma, dgamma, dbeta, mean, rstd);
+    EagerTensor d_ln = layernorm_bwd(d_in.as<T>(), x, gamma, dgamma, dbeta, mean, rstd);
     d_in.reset();
     kernels::launch_residual_add<T>(d_x, d_ln.as<T>(), d_out, T_, H, stream);
   } else {
@@ -208,42 +202,42 @@ void Eager<T>::attention_forward(AttentionSaved& s, T* out, const T* x, const T*
     in = s.ln_out.as<T>();
   }
   if (!cross) {
-    Buf qkv = linear(in, w.q_weight, w.q_bias, T_, 3 * H, H);  // [T, 3H]
+    EagerTensor qkv = linear(in, w.q_weight, w.q_bias, T_, 3 * H, H);  // [T, 3H]
     const kernels::StridedCopy4 copy = kernels::heads_strided_copy(heads(L, 3), true);
-    Buf* dst[3] = {&s.q, &s.k, &s.v};
+    EagerTensor* dst[3] = {&s.q, &s.k, &s.v};
     for (int p = 0; p < 3; ++p) {
       *dst[p] = tensor(T_ * H);
       kernels::launch_strided_copy<T>(dst[p]->template as<T>(), qkv.as<T>() + p * H, copy, stream);
     }
   } else {
     {
-      Buf q = linear(in, w.q_weight, w.q_bias, T_, H, H);  // [T, H]
+      EagerTensor q = linear(in, w.q_weight, w.q_bias, T_, H, H);  // [T, H]
       s.q = tensor(T_ * H);
       kernels::launch_strided_copy<T>(s.q.as<T>(), q.as<T>(), kernels::heads_strided_copy(heads(L, 1), true),
                                       stream);
     }
-    Buf kv = linear(kv_source, w.kv_weight, w.kv_bias, kv_rows, 2 * H, H);  // [B·Lk, 2H]
+    EagerTensor kv = linear(kv_source, w.kv_weight, w.kv_bias, kv_rows, 2 * H, H);  // [B·Lk, 2H]
     const kernels::StridedCopy4 copy = kernels::heads_strided_copy(heads(Lk, 2), true);
-    Buf* dst[2] = {&s.k, &s.v};
+    EagerTensor* dst[2] = {&s.k, &s.v};
     for (int p = 0; p < 2; ++p) {
       *dst[p] = tensor(kv_rows * H);
       kernels::launch_strided_copy<T>(dst[p]->template as<T>(), kv.as<T>() + p * H, copy, stream);
     }
   }
   {
-    Buf scores = tensor(S);
+    EagerTensor scores = tensor(S);
     gemm.run<T>(per_head(GemmOp::none, s.q.get(), L, d, GemmOp::transpose, s.k.get(), Lk, d, scores.get(),
                          B * N, scale),
                 stream);
     s.probs = tensor(S);
     const std::size_t need = kernels::softmax_unfused_forward_workspace_bytes(c.dtype, softmax_shape(Lk));
-    Buf ws = bytes(need);
+    EagerTensor ws = bytes(need);
     kernels::launch_softmax_forward_unfused<T>(s.probs.as<T>(), scores.as<T>(), softmax_shape(Lk), 1.0f, mask,
                                                ws.get(), need, stream);
   }
   const T* context_probs = dropout(s.probs_dropped, s.probs_mask, s.probs.as<T>(), S, dropouts.first);
   {
-    Buf ctx_heads = tensor(T_ * H);
+    EagerTensor ctx_heads = tensor(T_ * H);
     gemm.run<T>(per_head(GemmOp::none, context_probs, L, Lk, GemmOp::none, s.v.get(), Lk, d, ctx_heads.get(),
                          B * N, 1.0f),
                 stream);
@@ -262,13 +256,13 @@ void Eager<T>::attention_backward(AttentionSaved& s, T* d_x, T* d_kv_source, con
                                   const SublayerDropout& dropouts) const {
   const bool cross = kv_source != nullptr;
   const std::int64_t Lk = kv_len, kv_rows = B * kv_len, S = B * N * L * kv_len;
-  Buf d_res_buf, d_o_buf;
+  EagerTensor d_res_buf, d_o_buf;
   const T* d_res = nullptr;
   const T* d_o = residual_tail_bwd(d_res_buf, d_o_buf, d_out, s.residual, s.ln_mean, s.ln_rstd, s.out_mask,
                                    w.ln_gamma, g.ln_gamma, g.ln_beta, dropouts.hidden.p, &d_res);
-  Buf d_ctx_heads = tensor(T_ * H);
+  EagerTensor d_ctx_heads = tensor(T_ * H);
   {
-    Buf d_ctx = linear_bwd(d_o, s.ctx.as<T>(), w.out_weight, g.out_weight, g.out_bias, T_, H, H);
+    EagerTensor d_ctx = linear_bwd(d_o, s.ctx.as<T>(), w.out_weight, g.out_weight, g.out_bias, T_, H, H);
     d_o_buf.reset();
     drop(s.ctx);
     kernels::launch_strided_copy<T>(d_ctx_heads.as<T>(), d_ctx.as<T>(),
@@ -277,23 +271,23 @@ void Eager<T>::attention_backward(AttentionSaved& s, T* d_x, T* d_kv_source, con
   const bool attn_drop = dropouts.first.p != 0.0f;
   const T* context_probs = attn_drop ? s.probs_dropped.as<T>() : s.probs.as<T>();
   // dV = P_dropᵀ · dC [Lk, d], dP_drop = dC · Vᵀ [L, Lk] per (batch, head).
-  Buf dv = tensor(kv_rows * H);
+  EagerTensor dv = tensor(kv_rows * H);
   gemm.run<T>(per_head(GemmOp::transpose, context_probs, L, Lk, GemmOp::none, d_ctx_heads.get(), L, d,
                        dv.get(), B * N, 1.0f),
               stream);
-  Buf d_probs_dropped = tensor(S);
+  EagerTensor d_probs_dropped = tensor(S);
   gemm.run<T>(per_head(GemmOp::none, d_ctx_heads.get(), L, d, GemmOp::transpose, s.v.get(), Lk, d,
                        d_probs_dropped.get(), B * N, 1.0f),
               stream);
   d_ctx_heads.reset();
   drop(s.v);
   drop(s.probs_dropped);
-  Buf d_probs_buf;
+  EagerTensor d_probs_buf;
   const T* d_probs = dropout_bwd(d_probs_buf, s.probs_mask, d_probs_dropped.as<T>(), S, dropouts.first.p);
-  Buf d_scores = tensor(S);
+  EagerTensor d_scores = tensor(S);
   {
     const std::size_t need = kernels::softmax_unfused_backward_workspace_bytes(c.dtype, softmax_shape(Lk));
-    Buf ws = bytes(need);
+    EagerTensor ws = bytes(need);
     kernels::launch_softmax_backward_unfused<T>(d_scores.as<T>(), d_probs, s.probs.as<T>(), softmax_shape(Lk),
                                                 1.0f, ws.get(), need, stream);
   }
@@ -301,7 +295,7 @@ void Eager<T>::attention_backward(AttentionSaved& s, T* d_x, T* d_kv_source, con
   d_probs_dropped.reset();
   drop(s.probs);
   // scores = scale · Q Kᵀ: dQ = scale · dS K [L, d], dK = scale · dSᵀ Q [Lk, d].
-  Buf dq = tensor(T_ * H), dk = tensor(kv_rows * H);
+  EagerTensor dq = tensor(T_ * H), dk = tensor(kv_rows * H);
   gemm.run<T>(
       per_head(GemmOp::none, d_scores.get(), L, Lk, GemmOp::none, s.k.get(), Lk, d, dq.get(), B * N, scale),
       stream);
@@ -312,12 +306,12 @@ void Eager<T>::attention_backward(AttentionSaved& s, T* d_x, T* d_kv_source, con
   drop(s.q);
   drop(s.k);
   const T* in = c.pre_layer_norm ? s.ln_out.as<T>() : x;
-  Buf d_in;
+  EagerTensor d_in;
   if (!cross) {
-    Buf d_qkv = tensor(T_ * 3 * H);  // [T, 3H]: the three merges into their column blocks
+    EagerTensor d_qkv = tensor(T_ * 3 * H);  // [T, 3H]: the three merges into their column blocks
     {
       const kernels::StridedCopy4 copy = kernels::heads_strided_copy(heads(L, 3), false);
-      const Buf* src[3] = {&dq, &dk, &dv};
+      const EagerTensor* src[3] = {&dq, &dk, &dv};
       for (int p = 0; p < 3; ++p)
         kernels::launch_strided_copy<T>(d_qkv.as<T>() + p * H, src[p]->template as<T>(), copy, stream);
     }
@@ -327,9 +321,9 @@ void Eager<T>::attention_backward(AttentionSaved& s, T* d_x, T* d_kv_source, con
     d_in = linear_bwd(d_qkv.as<T>(), in, w.q_weight, g.q_weight, g.q_bias, T_, 3 * H, H);
   } else {
     {
-      Buf d_kv = tensor(kv_rows * 2 * H);  // [B·Lk, 2H]: dK, dV merged into their column blocks
+      EagerTensor d_kv = tensor(kv_rows * 2 * H);  // [B·Lk, 2H]: dK, dV merged into their column blocks
       const kernels::StridedCopy4 copy = kernels::heads_strided_copy(heads(Lk, 2), false);
-      const Buf* src[2] = {&dk, &dv};
+      const EagerTensor* src[2] = {&dk, &dv};
       for (int p = 0; p < 2; ++p)
         kernels::launch_strided_copy<T>(d_kv.as<T>() + p * H, src[p]->template as<T>(), copy, stream);
       dk.reset();
@@ -338,7 +332,7 @@ void Eager<T>::attention_backward(AttentionSaved& s, T* d_x, T* d_kv_source, con
       linear_bwd(d_kv.as<T>(), kv_source, w.kv_weight, g.kv_weight, g.kv_bias, kv_rows, 2 * H, H,
                  d_kv_source);
     }
-    Buf d_q = tensor(T_ * H);
+    EagerTensor d_q = tensor(T_ * H);
     kernels::launch_strided_copy<T>(d_q.as<T>(), dq.as<T>(), kernels::heads_strided_copy(heads(L, 1), false),
                                     stream);
     dq.reset();
@@ -361,10 +355,10 @@ void Eager<T>::ffn_forward(FfnSaved& s, T* out, const T* x, const FfnTensors<con
   }
   s.fc1_out = linear(in, w.fc1_weight, w.fc1_bias, T_, F, H);
   {
-    Buf a = tensor(T_ * F);
+    EagerTensor a = tensor(T_ * F);
     kernels::launch_activation_fwd<T>(a.as<T>(), s.fc1_out.as<T>(), T_, F, kernel_activation(c.activation),
                                       stream);
-    Buf dropped;
+    EagerTensor dropped;
     dropout(dropped, s.act_mask, a.as<T>(), T_ * F, dropouts.first);
     s.act_out = dropouts.first.p != 0.0f ? std::move(dropped) : std::move(a);
   }
@@ -375,23 +369,24 @@ void Eager<T>::ffn_forward(FfnSaved& s, T* out, const T* x, const FfnTensors<con
 template <class T>
 void Eager<T>::ffn_backward(FfnSaved& s, T* d_x, const T* d_out, const T* x, const FfnTensors<const void*>& w,
                             const FfnTensors<void*>& g, const SublayerDropout& dropouts) const {
-  Buf d_res_buf, d_o_buf;
+  EagerTensor d_res_buf, d_o_buf;
   const T* d_res = nullptr;
   const T* d_o = residual_tail_bwd(d_res_buf, d_o_buf, d_out, s.residual, s.ln_mean, s.ln_rstd, s.out_mask,
                                    w.ln_gamma, g.ln_gamma, g.ln_beta, dropouts.hidden.p, &d_res);
-  Buf d_act_dropped = linear_bwd(d_o, s.act_out.as<T>(), w.fc2_weight, g.fc2_weight, g.fc2_bias, T_, H, F);
+  EagerTensor d_act_dropped =
+      linear_bwd(d_o, s.act_out.as<T>(), w.fc2_weight, g.fc2_weight, g.fc2_bias, T_, H, F);
   d_o_buf.reset();
   drop(s.act_out);
-  Buf d_act_buf;
+  EagerTensor d_act_buf;
   const T* d_act = dropout_bwd(d_act_buf, s.act_mask, d_act_dropped.as<T>(), T_ * F, dropouts.first.p);
-  Buf d_fc1 = tensor(T_ * F);
+  EagerTensor d_fc1 = tensor(T_ * F);
   kernels::launch_activation_bwd<T>(d_fc1.as<T>(), d_act, s.fc1_out.as<T>(), T_, F,
                                     kernel_activation(c.activation), stream);
   d_act_buf.reset();
   d_act_dropped.reset();
   drop(s.fc1_out);
   const T* in = c.pre_layer_norm ? s.ln_out.as<T>() : x;
-  Buf d_in = linear_bwd(d_fc1.as<T>(), in, w.fc1_weight, g.fc1_weight, g.fc1_bias, T_, F, H);
+  EagerTensor d_in = linear_bwd(d_fc1.as<T>(), in, w.fc1_weight, g.fc1_weight, g.fc1_bias, T_, F, H);
   d_fc1.reset();
   drop(s.ln_out);
   input_grad(d_x, d_in, d_out, d_res, x, w.ln_gamma, g.ln_gamma, g.ln_beta, s.ln_mean, s.ln_rstd);

@@ -34,70 +34,31 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <utility>
+#include <memory>
 
 #include "kernels/qkv_reshape.h"
 #include "kernels/softmax.h"
 #include "layers/attention_sublayer.h"
 #include "layers/config.h"
 #include "layers/device_allocator.h"
+#include "layers/eager_tensor.h"
 #include "layers/ffn_sublayer.h"
 #include "layers/gemm.h"
 
 namespace seqbench::layers::baseline {
 
-// One eager tensor: allocated through the layer's allocator when produced, freed by reset() (or
-// its destructor) when autograd would drop it.
-class Buf {
- public:
-  Buf() = default;
-  Buf(DeviceAllocator& allocator, std::size_t bytes)
-      : allocator_(&allocator), ptr_(allocator.allocate(bytes)), bytes_(bytes) {}
-  Buf(Buf&& o) noexcept
-      : allocator_(o.allocator_), ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  Buf& operator=(Buf&& o) noexcept {
-    if (this != &o) {
-      reset();
-      allocator_ = o.allocator_;
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-  }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  ~Buf() { reset(); }
-
-  void reset() noexcept {
-    if (ptr_ != nullptr) allocator_->deallocate(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  template <class U>
-  U* as() const {
-    return static_cast<U*>(ptr_);
-  }
-  void* get() const { return ptr_; }
-  std::size_t bytes() const { return ptr_ != nullptr ? bytes_ : 0; }
-
- private:
-  DeviceAllocator* allocator_ = nullptr;
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
 // What the attention sub-layer's backward reads (kept from its forward).
 struct AttentionSaved {
-  Buf ln_out;            // pre-LN: the normalized input (the Q/QKV GEMM's input)
-  Buf ln_mean, ln_rstd;  // the LayerNorm statistics
-  Buf residual;          // post-LN: the LayerNorm's input x + dropout(attention)
-  Buf q;                 // [B, N, L, d]
-  Buf k, v;              // [B, N, Lk, d] each (Lk = L for self-attention)
-  Buf probs;             // softmax output [B, N, L, Lk]
-  Buf probs_mask;        // uint8 [B·N·L·Lk] (attn_dropout > 0)
-  Buf probs_dropped;     // the context GEMM's input (attn_dropout > 0)
-  Buf ctx;               // merged context [T, H], the out GEMM's input
-  Buf out_mask;          // uint8 [T, H] (hidden_dropout > 0)
+  EagerTensor ln_out;            // pre-LN: the normalized input (the Q/QKV GEMM's input)
+  EagerTensor ln_mean, ln_rstd;  // the LayerNorm statistics
+  EagerTensor residual;          // post-LN: the LayerNorm's input x + dropout(attention)
+  EagerTensor q;                 // [B, N, L, d]
+  EagerTensor k, v;              // [B, N, Lk, d] each (Lk = L for self-attention)
+  EagerTensor probs;             // softmax output [B, N, L, Lk]
+  EagerTensor probs_mask;        // uint8 [B·N·L·Lk] (attn_dropout > 0)
+  EagerTensor probs_dropped;     // the context GEMM's input (attn_dropout > 0)
+  EagerTensor ctx;               // merged context [T, H], the out GEMM's input
+  EagerTensor out_mask;          // uint8 [T, H] (hidden_dropout > 0)
   std::size_t bytes() const {
     return ln_out.bytes() + ln_mean.bytes() + ln_rstd.bytes() + residual.bytes() + q.bytes() + k.bytes() +
            v.bytes() + probs.bytes() + probs_mask.bytes() + probs_dropped.bytes() + ctx.bytes() +
@@ -107,12 +68,12 @@ struct AttentionSaved {
 
 // What the FFN sub-layer's backward reads.
 struct FfnSaved {
-  Buf ln_out, ln_mean, ln_rstd;  // as above
-  Buf residual;                  // post-LN
-  Buf fc1_out;                   // fc1(x) + bias: the activation's input [T, ffn]
-  Buf act_mask;                  // uint8 [T, ffn] (activation_dropout > 0)
-  Buf act_out;                   // the fc2 GEMM's input: dropout(act(.)), or act(.) for p = 0
-  Buf out_mask;                  // uint8 [T, H] (hidden_dropout > 0)
+  EagerTensor ln_out, ln_mean, ln_rstd;  // as above
+  EagerTensor residual;                  // post-LN
+  EagerTensor fc1_out;                   // fc1(x) + bias: the activation's input [T, ffn]
+  EagerTensor act_mask;                  // uint8 [T, ffn] (activation_dropout > 0)
+  EagerTensor act_out;                   // the fc2 GEMM's input: dropout(act(.)), or act(.) for p = 0
+  EagerTensor out_mask;                  // uint8 [T, H] (hidden_dropout > 0)
   std::size_t bytes() const {
     return ln_out.bytes() + ln_mean.bytes() + ln_rstd.bytes() + residual.bytes() + fc1_out.bytes() +
            act_mask.bytes() + act_out.bytes() + out_mask.bytes();
@@ -138,11 +99,11 @@ struct Eager {
 
   // Frees a saved tensor after its last reader in the backward (autograd's release), unless the
   // graph is retained.
-  void drop(Buf& saved) const {
+  void drop(EagerTensor& saved) const {
     if (free_saved) saved.reset();
   }
-  Buf tensor(std::int64_t elements) const {
-    return Buf(alloc, static_cast<std::size_t>(elements) * sizeof(T));
+  EagerTensor tensor(std::int64_t elements) const {
+    return EagerTensor(alloc, static_cast<std::size_t>(elements) * sizeof(T));
   }
 
   // out = x + dropout_h(attention(LN(x), kv)) (pre) or LN(x + dropout_h(attention(x, kv))) (post).
@@ -165,27 +126,70 @@ struct Eager {
                     const FfnTensors<void*>& g, const SublayerDropout& dropouts) const;
 
  private:
-  Buf bytes(std::size_t n) const { return Buf(alloc, n); }
-  Buf stats() const { return Buf(alloc, static_cast<std::size_t>(T_) * sizeof(float)); }
+  EagerTensor bytes(std::size_t n) const { return EagerTensor(alloc, n); }
+  EagerTensor stats() const { return EagerTensor(alloc, static_cast<std::size_t>(T_) * sizeof(float)); }
   kernels::HeadsShape heads(std::int64_t len, std::int64_t projections) const;
   kernels::SoftmaxShape softmax_shape(std::int64_t kv_len) const;
-  Buf linear(const T* in, const void* w, const void* bias, std::int64_t rows, std::int64_t out_f,
-             std::int64_t in_f) const;
-  Buf linear_bwd(const T* dy, const T* in, const void* w, void* dw, void* dbias, std::int64_t rows,
-                 std::int64_t out_f, std::int64_t in_f, T* dx_into = nullptr) const;
-  void layernorm(T* y, Buf& mean, Buf& rstd, const T* x, const void* gamma, const void* beta) const;
-  Buf layernorm_bwd(const T* dy, const T* x, const void* gamma, void* dgamma, void* dbeta, Buf& mean,
-                    Buf& rstd) const;
-  const T* dropout(Buf& out, Buf& mask, const T* in, std::int64_t n, const kernels::DropoutConfig& cfg) const;
-  const T* dropout_bwd(Buf& out, Buf& mask, const T* dy, std::int64_t n, float p) const;
-  void residual_tail(T* out, Buf& residual, Buf& mean, Buf& rstd, Buf& out_mask, const T* in, const void* w,
-                     const void* bias, std::int64_t in_f, const T* x, const void* gamma, const void* beta,
+  EagerTensor linear(const T* in, const void* w, const void* bias, std::int64_t rows, std::int64_t out_f,
+                     std::int64_t in_f) const;
+  EagerTensor linear_bwd(const T* dy, const T* in, const void* w, void* dw, void* dbias, std::int64_t rows,
+                         std::int64_t out_f, std::int64_t in_f, T* dx_into = nullptr) const;
+  void layernorm(T* y, EagerTensor& mean, EagerTensor& rstd, const T* x, const void* gamma,
+                 const void* beta) const;
+  EagerTensor layernorm_bwd(const T* dy, const T* x, const void* gamma, void* dgamma, void* dbeta,
+                            EagerTensor& mean, EagerTensor& rstd) const;
+  const T* dropout(EagerTensor& out, EagerTensor& mask, const T* in, std::int64_t n,
+                   const kernels::DropoutConfig& cfg) const;
+  const T* dropout_bwd(EagerTensor& out, EagerTensor& mask, const T* dy, std::int64_t n, float p) const;
+  void residual_tail(T* out, EagerTensor& residual, EagerTensor& mean, EagerTensor& rstd,
+                     EagerTensor& out_mask, const T* in, const void* w, const void* bias, std::int64_t in_f,
+                     const T* x, const void* gamma, const void* beta,
                      const kernels::DropoutConfig& cfg) const;
-  const T* residual_tail_bwd(Buf& d_res_buf, Buf& d_o_buf, const T* d_out, Buf& residual, Buf& mean,
-                             Buf& rstd, Buf& out_mask, const void* gamma, void* dgamma, void* dbeta, float p,
+  const T* residual_tail_bwd(EagerTensor& d_res_buf, EagerTensor& d_o_buf, const T* d_out,
+                             EagerTensor& residual, EagerTensor& mean, EagerTensor& rstd,
+                             EagerTensor& out_mask, const void* gamma, void* dgamma, void* dbeta, float p,
                              const T** d_res) const;
-  void input_grad(T* d_x, Buf& d_in, const T* d_out, const T* d_res, const T* x, const void* gamma,
-                  void* dgamma, void* dbeta, Buf& mean, Buf& rstd) const;
+  void input_grad(T* d_x, EagerTensor& d_in, const T* d_out, const T* d_res, const T* x, const void* gamma,
+                  void* dgamma, void* dbeta, EagerTensor& mean, EagerTensor& rstd) const;
+};
+
+// The state the baseline Transformer layers share (BaselineEncoderLayer, BaselineDecoderLayer
+// derive their Impl from it and add their saved tensors): the allocator, the GEMM workspace
+// (allocated once, at construction, through the same allocator) and its Gemm (created by the
+// first forward), and the last forward's shape and dropout stream.
+struct LayerState {
+  DeviceAllocator& allocator;
+  EagerTensor gemm_workspace;
+  std::unique_ptr<Gemm> gemm;
+  bool have_forward = false;
+  std::size_t batch = 0, len = 0;  // len: the query side's (target) length
+  std::uint64_t seed = 0, base_offset = 0;
+
+  LayerState(DeviceAllocator& a, std::size_t gemm_workspace_bytes)
+      : allocator(a), gemm_workspace(a, gemm_workspace_bytes) {}
+
+  // A validated forward's start (after the previous graph is released): the Gemm on first use,
+  // the shape and the dropout stream recorded.
+  void begin_forward(std::size_t batch_size, std::size_t seq_len, std::uint64_t seed_, std::uint64_t base) {
+    if (!gemm) gemm = std::make_unique<Gemm>(gemm_workspace.get(), gemm_workspace.bytes());
+    batch = batch_size;
+    len = seq_len;
+    seed = seed_;
+    base_offset = base;
+  }
+
+  template <class T>
+  Eager<T> eager(const LayerConfig& c, cudaStream_t stream, bool free_saved) const {
+    return Eager<T>::make(c, allocator, *gemm, stream, batch, len, free_saved);
+  }
+
+  // One sub-layer's dropout streams: base_offset + first for its first dropout (probability
+  // p_first: the probabilities' or the activation's), base_offset + first + 1 for its output's
+  // (p_hidden).
+  SublayerDropout dropouts(double p_first, double p_hidden, std::uint64_t first) const {
+    return {{static_cast<float>(p_first), seed, base_offset + first},
+            {static_cast<float>(p_hidden), seed, base_offset + first + 1}};
+  }
 };
 
 }  // namespace seqbench::layers::baseline

@@ -110,13 +110,33 @@ std::size_t CriterionLayer::block_bytes() const {
   return memory().block_bytes();
 }
 
+void require_criterion_pointer(const char* layer, const void* p, std::size_t alignment, const char* where,
+                               const char* what) {
+  SEQBENCH_REQUIRE(p != nullptr, layer << "::" << where << ": " << what << " is null");
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
+                   layer << "::" << where << ": " << what << " (" << p << ") is not aligned to its "
+                         << alignment << "-byte element");
+}
+
+void require_criterion_forward(const char* layer, const CriterionLayerConfig& config,
+                               const kernels::CrossEntropyConfig& kernel_config, const void* logits,
+                               const std::int32_t* targets, std::int64_t rows, std::int64_t vocab) {
+  SEQBENCH_REQUIRE(rows >= 1 && rows <= config.max_batch_tokens,
+                   layer << "::forward: rows " << rows << " outside [1, max_batch_tokens "
+                         << config.max_batch_tokens << "] (the rows the layer's storage was planned for)");
+  SEQBENCH_REQUIRE(
+      vocab >= 1 && vocab <= kernels::kCrossEntropyMaxVocab,
+      layer << "::forward: vocab " << vocab << " outside [1, " << kernels::kCrossEntropyMaxVocab << "]");
+  (void)kernels::cross_entropy_weights(kernel_config, vocab);  // the convention's limits on V
+  const std::size_t elem = dtype_size(config.dtype);
+  require_criterion_pointer(layer, logits, elem, "forward", "logits");
+  require_criterion_pointer(layer, targets, sizeof(std::int32_t), "forward", "targets");
+}
+
 namespace {
 
 void require_element_aligned(const void* p, std::size_t alignment, const char* where, const char* what) {
-  SEQBENCH_REQUIRE(p != nullptr, "CriterionLayer::" << where << ": " << what << " is null");
-  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
-                   "CriterionLayer::" << where << ": " << what << " (" << p << ") is not aligned to its "
-                                      << alignment << "-byte element");
+  require_criterion_pointer("CriterionLayer", p, alignment, where, what);
 }
 
 }  // namespace
@@ -124,17 +144,8 @@ void require_element_aligned(const void* p, std::size_t alignment, const char* w
 CriterionOutputs CriterionLayer::forward(const void* logits, const std::int32_t* targets, std::int64_t rows,
                                          std::int64_t vocab, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("criterion_layer_fwd");
-  SEQBENCH_REQUIRE(rows >= 1 && rows <= config_.max_batch_tokens,
-                   "CriterionLayer::forward: rows " << rows << " outside [1, max_batch_tokens "
-                                                    << config_.max_batch_tokens
-                                                    << "] (the rows the layer's storage was planned for)");
-  SEQBENCH_REQUIRE(
-      vocab >= 1 && vocab <= kernels::kCrossEntropyMaxVocab,
-      "CriterionLayer::forward: vocab " << vocab << " outside [1, " << kernels::kCrossEntropyMaxVocab << "]");
-  (void)kernels::cross_entropy_weights(kernel_config_, vocab);  // the convention's limits on V
+  require_criterion_forward("CriterionLayer", config_, kernel_config_, logits, targets, rows, vocab);
   const std::size_t elem = dtype_size(config_.dtype);
-  require_element_aligned(logits, elem, "forward", "logits");
-  require_element_aligned(targets, sizeof(std::int32_t), "forward", "targets");
   const auto logit_bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab) * elem;
   const auto target_bytes = static_cast<std::size_t>(rows) * sizeof(std::int32_t);
   impl_->require_outside_block("forward", "logits", logits, logit_bytes);

@@ -79,6 +79,19 @@ struct CriterionOutputs {
 std::vector<TensorLifetime> criterion_layer_lifetimes(const CriterionLayerConfig& config,
                                                       const std::string& prefix = "criterion.");
 
+// The argument checks CriterionLayer and BaselineCriterionLayer share, so that both refuse exactly
+// the same inputs with the same messages (`layer`, the class's name, leads each message). Host
+// only: each throws seqbench::Error before any CUDA call.
+//
+// A pointer non-null ("<layer>::<where>: <what> is null") and aligned to its element.
+void require_criterion_pointer(const char* layer, const void* p, std::size_t alignment, const char* where,
+                               const char* what);
+// forward's: rows in [1, config.max_batch_tokens], vocab in [1, kCrossEntropyMaxVocab] and within
+// the convention's limits (kernel_config), logits and targets non-null and aligned.
+void require_criterion_forward(const char* layer, const CriterionLayerConfig& config,
+                               const kernels::CrossEntropyConfig& kernel_config, const void* logits,
+                               const std::int32_t* targets, std::int64_t rows, std::int64_t vocab);
+
 class CriterionLayer {
  public:
   // Validates the config (throwing seqbench::Error before any CUDA call), plans the storage and

@@ -51,18 +51,6 @@ DecoderIds record_decoder_layer(PlanBuilder& plan, const DecoderLayerOptions& o)
   return id;
 }
 
-template <class P>
-AttentionTensors<P> self_view(const DecoderLayerTensors<P>& t) {
-  return {t.self_ln_gamma,   t.self_ln_beta, t.self_qkv_weight, t.self_qkv_bias, P{}, P{},
-          t.self_out_weight, t.self_out_bias};
-}
-
-template <class P>
-AttentionTensors<P> cross_view(const DecoderLayerTensors<P>& t) {
-  return {t.cross_ln_gamma,  t.cross_ln_beta, t.cross_q_weight,   t.cross_q_bias,
-          t.cross_kv_weight, t.cross_kv_bias, t.cross_out_weight, t.cross_out_bias};
-}
-
 }  // namespace
 
 std::vector<DecoderTensorShape> decoder_layer_parameter_shapes(const LayerConfig& config) {
@@ -191,10 +179,10 @@ DecoderLayer::DecoderLayer(const LayerConfig& config, const DecoderLayerWeights&
   PlanBuilder plan(config_, options_.prefix);  // host only
   impl_ = std::make_unique<Impl>();
   impl_->ids = record_decoder_layer(plan, options_);
-  impl_->self_w = self_view(weights_);
-  impl_->self_g = self_view(grads_);
-  impl_->cross_w = cross_view(weights_);
-  impl_->cross_g = cross_view(grads_);
+  impl_->self_w = self_attention_tensors_of(weights_);
+  impl_->self_g = self_attention_tensors_of(grads_);
+  impl_->cross_w = cross_attention_tensors_of(weights_);
+  impl_->cross_g = cross_attention_tensors_of(grads_);
   impl_->ffn_w = ffn_tensors_of(weights_);
   impl_->ffn_g = ffn_tensors_of(grads_);
   impl_->planned = std::make_unique<PlannedLayer>("DecoderLayer", plan, impl_->ids.forward_steps, allocator,

@@ -2,8 +2,8 @@
 // allocated through the layer's DeviceAllocator (in practice a CachingAllocator,
 // layers/caching_allocator.h) when the op producing it runs, and freed by reset() or its
 // destructor when autograd would drop it. Move-only; holds no device state beyond the pointer.
-// Used by the baseline embedding and criterion layers (BaselineEncoderLayer has the same class
-// privately as its Buf).
+// Used by every baseline layer (embedding, criterion, and the encoder and decoder layers through
+// layers/baseline_sublayers.h).
 #pragma once
 
 #include <cstddef>

@@ -127,12 +127,65 @@ constexpr int kForwardStep = 0;
 constexpr int kBackwardStep = 1;
 
 void require_aligned(const void* p, std::size_t alignment, const char* where, const char* what) {
-  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
-                   "EmbeddingLayer::" << where << ": " << what << " (" << p << ") is not aligned to its "
-                                      << alignment << "-byte element");
+  require_embedding_aligned("EmbeddingLayer", p, alignment, where, what);
 }
 
 }  // namespace
+
+void require_embedding_aligned(const char* layer, const void* p, std::size_t alignment, const char* where,
+                               const char* what) {
+  SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % alignment == 0,
+                   layer << "::" << where << ": " << what << " (" << p << ") is not aligned to its "
+                         << alignment << "-byte element");
+}
+
+void require_embedding_parameters(const char* layer, const EmbeddingLayerConfig& config,
+                                  const EmbeddingLayerWeights& weights, const EmbeddingLayerGrads& grads) {
+  std::string missing;
+  const auto need = [&](bool ok, const char* name) {
+    if (!ok) missing += std::string(missing.empty() ? "" : ", ") + name;
+  };
+  need(weights.token_table != nullptr, "weights.token_table");
+  need(grads.token_table != nullptr, "grads.token_table");
+  if (config.learned()) {
+    need(weights.position_table != nullptr, "weights.position_table");
+    need(grads.position_table != nullptr, "grads.position_table");
+  }
+  SEQBENCH_REQUIRE(missing.empty(), layer << ": null parameter pointer(s): " << missing);
+  SEQBENCH_REQUIRE(config.learned() || (weights.position_table == nullptr && grads.position_table == nullptr),
+                   layer << ": a position table was given, but sinusoidal positions have none (it would "
+                            "be neither read nor written)");
+  const std::size_t elem = dtype_size(config.dtype);
+  require_embedding_aligned(layer, weights.token_table, elem, layer, "weights.token_table");
+  require_embedding_aligned(layer, grads.token_table, elem, layer, "grads.token_table");
+  if (config.learned()) {
+    require_embedding_aligned(layer, weights.position_table, elem, layer, "weights.position_table");
+    require_embedding_aligned(layer, grads.position_table, elem, layer, "grads.position_table");
+  }
+}
+
+EmbeddingForwardBytes require_embedding_forward(const char* layer, const EmbeddingLayerConfig& config,
+                                                const void* y, const std::int32_t* tokens,
+                                                std::size_t batch_size, std::size_t seq_len,
+                                                std::uint64_t offset) {
+  config.check_batch(batch_size, seq_len);
+  SEQBENCH_REQUIRE(y != nullptr, layer << "::forward: y is null");
+  SEQBENCH_REQUIRE(tokens != nullptr, layer << "::forward: tokens is null");
+  const std::size_t elem = dtype_size(config.dtype);
+  require_embedding_aligned(layer, y, elem, "forward", "y");
+  require_embedding_aligned(layer, tokens, sizeof(std::int32_t), "forward", "tokens");
+  const std::size_t n = batch_size * seq_len;
+  EmbeddingForwardBytes b;
+  b.y = n * static_cast<std::size_t>(config.embedding_dim) * elem;
+  b.tokens = n * sizeof(std::int32_t);
+  SEQBENCH_REQUIRE(!bytes_overlap(y, b.y, tokens, b.tokens),
+                   layer << "::forward: y (" << b.y << " bytes) overlaps tokens (" << b.tokens
+                         << " bytes); backward needs the tokens unchanged");
+  SEQBENCH_REQUIRE(offset <= UINT64_MAX - kEmbeddingLayerDropoutOffsets,
+                   layer << "::forward: offset " << offset << " leaves no room for the "
+                         << kEmbeddingLayerDropoutOffsets << " dropout stream");
+  return b;
+}
 
 struct EmbeddingLayer::Impl {
   std::unique_ptr<MemoryManager> memory;
@@ -163,28 +216,7 @@ EmbeddingLayer::EmbeddingLayer(const EmbeddingLayerConfig& config, const Embeddi
   config_.validate();
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "EmbeddingLayer: options.prefix is empty (the planned tensors' names)");
-  std::string missing;
-  const auto need = [&](bool ok, const char* name) {
-    if (!ok) missing += std::string(missing.empty() ? "" : ", ") + name;
-  };
-  need(weights_.token_table != nullptr, "weights.token_table");
-  need(grads_.token_table != nullptr, "grads.token_table");
-  if (config_.learned()) {
-    need(weights_.position_table != nullptr, "weights.position_table");
-    need(grads_.position_table != nullptr, "grads.position_table");
-  }
-  SEQBENCH_REQUIRE(missing.empty(), "EmbeddingLayer: null parameter pointer(s): " << missing);
-  SEQBENCH_REQUIRE(
-      config_.learned() || (weights_.position_table == nullptr && grads_.position_table == nullptr),
-      "EmbeddingLayer: a position table was given, but sinusoidal positions have none (it would "
-      "be neither read nor written)");
-  const std::size_t elem = dtype_size(config_.dtype);
-  require_aligned(weights_.token_table, elem, "EmbeddingLayer", "weights.token_table");
-  require_aligned(grads_.token_table, elem, "EmbeddingLayer", "grads.token_table");
-  if (config_.learned()) {
-    require_aligned(weights_.position_table, elem, "EmbeddingLayer", "weights.position_table");
-    require_aligned(grads_.position_table, elem, "EmbeddingLayer", "grads.position_table");
-  }
+  require_embedding_parameters("EmbeddingLayer", config_, weights_, grads_);
   impl_ = std::make_unique<Impl>();
 }
 
@@ -215,21 +247,9 @@ std::size_t EmbeddingLayer::block_bytes() const {
 void EmbeddingLayer::forward(void* y, const std::int32_t* tokens, std::size_t batch_size, std::size_t seq_len,
                              std::uint64_t seed, std::uint64_t offset, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("embedding_layer_fwd");
-  config_.check_batch(batch_size, seq_len);
-  SEQBENCH_REQUIRE(y != nullptr, "EmbeddingLayer::forward: y is null");
-  SEQBENCH_REQUIRE(tokens != nullptr, "EmbeddingLayer::forward: tokens is null");
-  const std::size_t elem = dtype_size(config_.dtype);
-  require_aligned(y, elem, "forward", "y");
-  require_aligned(tokens, sizeof(std::int32_t), "forward", "tokens");
-  const std::size_t n = batch_size * seq_len;
-  const std::size_t y_bytes = n * static_cast<std::size_t>(config_.embedding_dim) * elem;
-  const std::size_t tok_bytes = n * sizeof(std::int32_t);
-  SEQBENCH_REQUIRE(!bytes_overlap(y, y_bytes, tokens, tok_bytes),
-                   "EmbeddingLayer::forward: y (" << y_bytes << " bytes) overlaps tokens (" << tok_bytes
-                                                  << " bytes); backward needs the tokens unchanged");
-  SEQBENCH_REQUIRE(offset <= UINT64_MAX - kEmbeddingLayerDropoutOffsets,
-                   "EmbeddingLayer::forward: offset " << offset << " leaves no room for the "
-                                                      << kEmbeddingLayerDropoutOffsets << " dropout stream");
+  const EmbeddingForwardBytes fb =
+      require_embedding_forward("EmbeddingLayer", config_, y, tokens, batch_size, seq_len, offset);
+  const std::size_t y_bytes = fb.y, tok_bytes = fb.tokens;
   impl_->require_outside_block("forward", "y", y, y_bytes);
   impl_->require_outside_block("forward", "tokens", tokens, tok_bytes);
   reserve();  // the first forward: CUB sizes the sorted backward's storage on the device

@@ -103,6 +103,28 @@ using EmbeddingLayerGrads = EmbeddingLayerTensors<void*>;
 // {token_table [vocab, H]} and, when learned, {position_table [num_positions, H]}.
 std::vector<ParameterShape> embedding_layer_parameter_shapes(const EmbeddingLayerConfig& config);
 
+// The argument checks EmbeddingLayer and BaselineEmbeddingLayer share, so that both refuse exactly
+// the same inputs with the same messages (`layer`, the class's name, leads each message). Host
+// only: each throws seqbench::Error before any CUDA call.
+//
+// A pointer aligned to its element: "<layer>::<where>: <what> (<p>) is not aligned to its
+// <alignment>-byte element".
+void require_embedding_aligned(const char* layer, const void* p, std::size_t alignment, const char* where,
+                               const char* what);
+// The constructor's (after config.validate()): token tables non-null, position tables non-null
+// exactly when learned (null otherwise), and each table aligned to config.dtype.
+void require_embedding_parameters(const char* layer, const EmbeddingLayerConfig& config,
+                                  const EmbeddingLayerWeights& weights, const EmbeddingLayerGrads& grads);
+// forward's: B, L within the maxima, y and tokens non-null and aligned, y [B·L, H] not
+// overlapping tokens [B·L], offset leaving room for the dropout stream. Returns both sizes.
+struct EmbeddingForwardBytes {
+  std::size_t y = 0, tokens = 0;
+};
+EmbeddingForwardBytes require_embedding_forward(const char* layer, const EmbeddingLayerConfig& config,
+                                                const void* y, const std::int32_t* tokens,
+                                                std::size_t batch_size, std::size_t seq_len,
+                                                std::uint64_t offset);
+
 struct EmbeddingLayerOptions {
   bool deterministic_backward = true;  // false: LightSeq2's atomic backward (not bitwise reproducible)
   std::string prefix = "emb.";         // the planned tensors' names

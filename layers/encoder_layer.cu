@@ -74,22 +74,6 @@ std::vector<TensorLifetime> encoder_layer_lifetimes(const LayerConfig& config,
 
 // ---------------------------------------------------------------------------------------------
 
-namespace {
-
-template <class P>
-AttentionTensors<P> attention_view(const EncoderLayerTensors<P>& t) {
-  AttentionTensors<P> a;
-  a.ln_gamma = t.attn_ln_gamma;
-  a.ln_beta = t.attn_ln_beta;
-  a.q_weight = t.qkv_weight;
-  a.q_bias = t.qkv_bias;
-  a.out_weight = t.out_weight;
-  a.out_bias = t.out_bias;
-  return a;
-}
-
-}  // namespace
-
 struct EncoderLayer::Impl {
   EncoderIds ids;
   AttentionTensors<const void*> attn_w;
@@ -152,8 +136,8 @@ EncoderLayer::EncoderLayer(const LayerConfig& config, const EncoderLayerWeights&
   const Recorded r = record_encoder_layer(plan, options_);
   impl_ = std::make_unique<Impl>();
   impl_->ids = r.ids;
-  impl_->attn_w = attention_view(weights_);
-  impl_->attn_g = attention_view(grads_);
+  impl_->attn_w = encoder_attention_tensors_of(weights_);
+  impl_->attn_g = encoder_attention_tensors_of(grads_);
   impl_->ffn_w = ffn_tensors_of(weights_);
   impl_->ffn_g = ffn_tensors_of(grads_);
   impl_->planned = std::make_unique<PlannedLayer>("EncoderLayer", plan, r.forward_steps, allocator,

@@ -11,6 +11,7 @@
 #include "layers/caching_allocator.h"
 #include "tests/common/expect_error.h"
 #include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
@@ -19,15 +20,7 @@ using testing::expect_error;
 using testing::expect_error_all;
 
 using layer_test::RecordingBackend;
-
-CriterionLayerConfig small_criterion() {
-  CriterionLayerConfig c;
-  c.max_batch_tokens = 64;
-  c.padding_idx = 1;
-  c.epsilon = 0.1;
-  c.dtype = DType::bf16;
-  return c;
-}
+using layer_test::small_criterion;
 
 TEST(BaselineCriterionLayerValidation, ConfigIsCheckedAndNothingAllocatedAtConstruction) {
   RecordingBackend backend;

@@ -38,20 +38,7 @@ TEST(BaselineDecoderLayerValidation, ConfigAndParametersAreCheckedBeforeAnyAlloc
 }
 
 TEST(BaselineDecoderLayerValidation, AllocatesOnlyTheGemmWorkspaceAtConstruction) {
-  HostBackend host;
-  CountingAllocator counter(host);
-  FakeParams f;
-  {
-    CachingAllocator cache(counter);
-    BaselineDecoderLayerOptions o;
-    o.gemm_workspace_bytes = 4096;
-    BaselineDecoderLayer layer(small_config(), f.weights, f.grads, cache, o);
-    EXPECT_EQ(counter.stats().allocations, 1u);
-    EXPECT_EQ(counter.stats().live_bytes, 4096u);
-    EXPECT_EQ(cache.stats().allocated_bytes, 4096u);
-    EXPECT_EQ(layer.saved_bytes(), 0u);
-  }
-  EXPECT_EQ(counter.stats().live_bytes, 0u);  // the layer and the cache gave everything back
+  expect_only_gemm_workspace_at_construction<BaselineDecoderLayer, BaselineDecoderLayerOptions, FakeParams>();
 }
 
 TEST(BaselineDecoderLayerValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaCall) {

@@ -11,6 +11,7 @@
 #include "layers/caching_allocator.h"
 #include "tests/common/expect_error.h"
 #include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
@@ -18,29 +19,9 @@ namespace {
 using testing::expect_error;
 using testing::expect_error_all;
 
+using layer_test::FakeTables;
 using layer_test::RecordingBackend;
-
-EmbeddingLayerConfig small_embedding(
-    kernels::PositionEncoding positions = kernels::PositionEncoding::learned) {
-  EmbeddingLayerConfig c;
-  c.vocab_size = 50;
-  c.embedding_dim = 12;
-  c.max_batch_tokens = 64;
-  c.max_seq_len = 16;
-  c.padding_idx = 1;
-  c.dropout = 0.1;
-  c.positions = positions;
-  c.position_offset = 2;
-  c.dtype = DType::f16;
-  return c;
-}
-
-// Distinct non-null, 16-byte aligned addresses that are never dereferenced.
-struct FakeTables {
-  alignas(16) char storage[256] = {};
-  EmbeddingLayerWeights weights{storage, storage + 64};
-  EmbeddingLayerGrads grads{storage + 128, storage + 192};
-};
+using layer_test::small_embedding;
 
 TEST(BaselineEmbeddingLayerValidation, ConfigAndParametersAreCheckedAtConstruction) {
   RecordingBackend backend;

@@ -37,20 +37,7 @@ TEST(BaselineEncoderLayerValidation, ConfigAndParametersAreCheckedBeforeAnyAlloc
 }
 
 TEST(BaselineEncoderLayerValidation, AllocatesOnlyTheGemmWorkspaceAtConstruction) {
-  HostBackend host;
-  CountingAllocator counter(host);
-  FakeParams f;
-  {
-    CachingAllocator cache(counter);
-    BaselineEncoderLayerOptions o;
-    o.gemm_workspace_bytes = 4096;
-    BaselineEncoderLayer layer(small_config(), f.weights, f.grads, cache, o);
-    EXPECT_EQ(counter.stats().allocations, 1u);
-    EXPECT_EQ(counter.stats().live_bytes, 4096u);
-    EXPECT_EQ(cache.stats().allocated_bytes, 4096u);
-    EXPECT_EQ(layer.saved_bytes(), 0u);
-  }
-  EXPECT_EQ(counter.stats().live_bytes, 0u);  // the layer and the cache gave everything back
+  expect_only_gemm_workspace_at_construction<BaselineEncoderLayer, BaselineEncoderLayerOptions, FakeParams>();
 }
 
 TEST(BaselineEncoderLayerValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaCall) {

@@ -13,6 +13,7 @@
 #include "layers/memory_planner.h"
 #include "tests/common/expect_error.h"
 #include "tests/layers/fake_allocators.h"
+#include "tests/layers/layer_test_support.h"
 
 namespace seqbench::layers {
 namespace {
@@ -21,15 +22,7 @@ using testing::expect_error;
 using testing::expect_error_all;
 
 using layer_test::HostBackend;
-
-CriterionLayerConfig small_criterion() {
-  CriterionLayerConfig c;
-  c.max_batch_tokens = 64;
-  c.padding_idx = 1;
-  c.epsilon = 0.1;
-  c.dtype = DType::bf16;
-  return c;
-}
+using layer_test::small_criterion;
 
 TEST(CriterionLayerValidation, ConfigRulesAreAllNamed) {
   CriterionLayerConfig c = small_criterion();

@@ -2,18 +2,27 @@
 // dry run with: a small LayerConfig that every layer accepts (and its pre-/post-LN, dropout
 // variants), parameter views of distinct non-null fake addresses that are never dereferenced
 // (every check these tests reach runs before any CUDA call), and the tensor names of a dry run.
-// The allocator fakes are in tests/layers/fake_allocators.h.
+// The embedding and criterion layers' validation tests (managed and baseline) share a small config
+// of each and the embedding's fake tables. The allocator fakes are in tests/layers/fake_allocators.h.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/embedding.h"
+#include "layers/caching_allocator.h"
 #include "layers/config.h"
+#include "layers/criterion_layer.h"
 #include "layers/decoder_layer.h"
+#include "layers/device_allocator.h"
+#include "layers/embedding_layer.h"
 #include "layers/encoder_layer.h"
 #include "layers/memory_planner.h"
+#include "tests/layers/fake_allocators.h"
 #include "tests/layers/layer_params.h"
 
 namespace seqbench::layers::layer_test {
@@ -70,5 +79,62 @@ struct FakeLayerParams {
 
 using FakeEncoderParams = FakeLayerParams<EncoderLayerWeights, EncoderLayerGrads>;
 using FakeDecoderParams = FakeLayerParams<DecoderLayerWeights, DecoderLayerGrads>;
+
+// The embedding layers' validation config: vocab 50, H = 12, B·L <= 64, L <= 16, padding_idx 1,
+// dropout 0.1, position_offset 2, fp16; learned positions unless told.
+inline EmbeddingLayerConfig small_embedding(
+    kernels::PositionEncoding positions = kernels::PositionEncoding::learned) {
+  EmbeddingLayerConfig c;
+  c.vocab_size = 50;
+  c.embedding_dim = 12;
+  c.max_batch_tokens = 64;
+  c.max_seq_len = 16;
+  c.padding_idx = 1;
+  c.dropout = 0.1;
+  c.positions = positions;
+  c.position_offset = 2;
+  c.dtype = DType::f16;
+  return c;
+}
+
+// An embedding layer's tables: distinct non-null, 16-byte aligned addresses that are never
+// dereferenced.
+struct FakeTables {
+  alignas(16) char storage[256] = {};
+  EmbeddingLayerWeights weights{storage, storage + 64};
+  EmbeddingLayerGrads grads{storage + 128, storage + 192};
+};
+
+// The criterion layers' validation config: B·L <= 64, padding_idx 1, ε = 0.1, bf16.
+inline CriterionLayerConfig small_criterion() {
+  CriterionLayerConfig c;
+  c.max_batch_tokens = 64;
+  c.padding_idx = 1;
+  c.epsilon = 0.1;
+  c.dtype = DType::bf16;
+  return c;
+}
+
+// The baseline encoder's and decoder's construction test (Layer: BaselineEncoderLayer or
+// BaselineDecoderLayer, Options its options, Params its FakeLayerParams): through a caching
+// allocator, the layer allocates exactly its GEMM workspace and saves nothing; destroyed, the
+// layer and the cache give everything back.
+template <class Layer, class Options, class Params>
+void expect_only_gemm_workspace_at_construction() {
+  HostBackend host;
+  CountingAllocator counter(host);
+  Params f;
+  {
+    CachingAllocator cache(counter);
+    Options o;
+    o.gemm_workspace_bytes = 4096;
+    Layer layer(small_config(), f.weights, f.grads, cache, o);
+    EXPECT_EQ(counter.stats().allocations, 1u);
+    EXPECT_EQ(counter.stats().live_bytes, 4096u);
+    EXPECT_EQ(cache.stats().allocated_bytes, 4096u);
+    EXPECT_EQ(layer.saved_bytes(), 0u);
+  }
+  EXPECT_EQ(counter.stats().live_bytes, 0u);  // the layer and the cache gave everything back
+}
 
 }  // namespace seqbench::layers::layer_test
