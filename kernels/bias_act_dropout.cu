@@ -182,7 +182,7 @@ void launch_bias_act_dropout_fwd(T* y, const T* x, const T* bias, std::int64_t r
   args.offset = dropout.offset;
   const float scale = dropout_keep_scale(dropout.p);
   dispatch_activation(act, [&](auto tag) {
-    launch_row_tile<T, 1, true, true, false>(args, FusedForward<decltype(tag)::value>{scale}, stream);
+    launch_row_tile_dropout<T, 1, true, false>(args, FusedForward<decltype(tag)::value>{scale}, stream);
   });
 }
 
@@ -220,7 +220,7 @@ void launch_bias_act_dropout_bwd(T* dx, T* dbias, const T* dy, const T* x, const
     args.offset = dropout.offset;
     const float scale = dropout_keep_scale(dropout.p);
     dispatch_activation(act, [&](auto tag) {
-      launch_row_tile<T, 2, true, true, true>(args, FusedBackward<decltype(tag)::value>{scale}, stream);
+      launch_row_tile_dropout<T, 2, true, true>(args, FusedBackward<decltype(tag)::value>{scale}, stream);
     });
   }
   launch_bias_grad_reduce<T>(dbias, static_cast<const float*>(workspace), rows, cols, stream);

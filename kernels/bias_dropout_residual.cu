@@ -64,7 +64,7 @@ void launch_bias_dropout_residual_fwd(T* y, const T* x, const T* bias, const T* 
   args.p = dropout.p;
   args.seed = dropout.seed;
   args.offset = dropout.offset;
-  launch_row_tile<T, 2, true, true, false>(args, FusedForward{dropout_keep_scale(dropout.p)}, stream);
+  launch_row_tile_dropout<T, 2, true, false>(args, FusedForward{dropout_keep_scale(dropout.p)}, stream);
 }
 
 template <class T>
@@ -98,7 +98,7 @@ void launch_bias_dropout_residual_bwd(T* dx, T* dbias, const T* dy, std::int64_t
     args.p = dropout.p;
     args.seed = dropout.seed;
     args.offset = dropout.offset;
-    launch_row_tile<T, 1, false, true, true>(args, FusedBackward{dropout_keep_scale(dropout.p)}, stream);
+    launch_row_tile_dropout<T, 1, false, true>(args, FusedBackward{dropout_keep_scale(dropout.p)}, stream);
   }
   launch_bias_grad_reduce<T>(dbias, static_cast<const float*>(workspace), rows, cols, stream);
 }

@@ -345,6 +345,17 @@ void launch_row_tile(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
+// launch_row_tile for the dropout kernels: p = 0 keeps every element (philox_keep keeps u >= p, and
+// u >= 0 always; the keep scale is 1), so it runs the kMask = false instance, the same bits without
+// the Philox draws (K/4 Philox calls per thread-row and their integer work).
+template <class T, int kInputs, bool kBias, bool kReduce, class Fn>
+void launch_row_tile_dropout(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
+  if (args.p == 0.0f)
+    launch_row_tile<T, kInputs, kBias, false, kReduce>(args, fn, stream);
+  else
+    launch_row_tile<T, kInputs, kBias, true, kReduce>(args, fn, stream);
+}
+
 // dbias[c] = Σ_b partials[b, c] over b = 0 .. row_blocks-1 in a fixed order: row lane y sums
 // b = y, y+16, ... in increasing order, then the 16 lanes are added in order. Block
 // kReduceCols x kReduceRows, one column per threadIdx.x (coalesced across columns).
