@@ -149,7 +149,9 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
       const std::vector<DumpArray> arrays = p.dump();
 
       const std::filesystem::path dir = options.out_dir / suite->name / dump_folder_name(e.name);
-      result.files += write_dump_folder(dir, suite->name, e.name, e.params, variant, arrays);
+      nlohmann::json params = e.params;
+      params.update(e.dump_params);
+      result.files += write_dump_folder(dir, suite->name, e.name, params, variant, arrays);
       ++result.dumped;
       log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n";
     }

@@ -53,6 +53,9 @@ struct ExperimentSpec {
   // The variant whose outputs `seqbench dump` writes (its prepare() then sets
   // PreparedExperiment::dump); empty: the experiment does not dump, and dump skips it unprepared.
   std::string dump_variant;
+  // Added to `params` in the dump's manifest only (not in reports or tables): what the dump ran
+  // that the timing did not, e.g. the layers suite's parity instance (its shape, dropout 0).
+  nlohmann::json dump_params = nlohmann::json::object();
   std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
 };
 

@@ -124,6 +124,7 @@ ExperimentSpec criterion_experiment(DType dtype, int tokens, int L, bool backwar
     return dispatch_dtype(
         c.dtype, [&](auto tag) { return prepare_criterion<decltype(tag)>(c, targets, V, backward); });
   };
+  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 

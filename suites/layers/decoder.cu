@@ -101,6 +101,7 @@ ExperimentSpec decoder_timing_experiment(DType dtype, int tokens, int max_len, i
     return dispatch_dtype(c.dtype,
                           [&](auto tag) { return prepare_decoder_timing<decltype(tag)>(c, B, L, backward); });
   };
+  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 

@@ -182,6 +182,7 @@ ExperimentSpec embedding_experiment(DType dtype, int tokens, int max_len, int L,
     return dispatch_dtype(
         c.dtype, [&](auto tag) { return prepare_embedding<decltype(tag)>(c, host_tokens, B, L, backward); });
   };
+  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 

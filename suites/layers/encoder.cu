@@ -91,6 +91,7 @@ ExperimentSpec timing_experiment(DType dtype, int tokens, int max_len, int L, bo
     return dispatch_dtype(c.dtype,
                           [&](auto tag) { return prepare_timing<decltype(tag)>(c, B, L, backward); });
   };
+  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "layers/criterion_layer.h"
 #include "layers/embedding_layer.h"
+#include "suites/dump.h"
 #include "suites/experiment.h"
 
 namespace seqbench::layer_experiments {
@@ -93,5 +94,29 @@ std::vector<std::int32_t> layers_suite_tokens_with_padding(const std::vector<std
 
 void add_embedding_experiments(SuiteSpec& suite, const SuiteOptions& options);
 void add_criterion_experiments(SuiteSpec& suite, const SuiteOptions& options);
+
+// --- `seqbench dump` for the layer experiments (dump.cu) ----------------------------------------
+//
+// Dropout cannot match torch's RNG, and the layers draw their masks inside fused kernels, so a
+// layer experiment's dump does not copy the timed layers: it builds SEPARATE parity instances of
+// the managed layer with every dropout ratio 0, at kLayersParityTokens tokens (batch =
+// max(1, kLayersParityTokens / L) sentences of the experiment's L; the decoder's S = L), once in the
+// experiment's dtype and once in f32 (every layer dispatches f32), runs forward (and backward),
+// and dumps inputs and outputs with the same seeds and ranges as the timing experiments. Every
+// array's name is "<dtype>.<name>" (e.g. "bf16.x", "f32.d_fc1_weight"); see suites/layers/README.md.
+inline constexpr std::int64_t kLayersParityTokens = 1024;
+
+// The parity instance's batch for sequence length L: max(1, kLayersParityTokens / L).
+std::int64_t layers_parity_batch(std::int64_t seq_len);
+
+// The arrays a layer experiment's dump writes, from its params (layer, direction, dtype, seq_len):
+// names, roles, dtypes and shapes, with empty bytes. Host only (the dump fills the bytes in this
+// order). Throws seqbench::Error for a params.layer other than encoder, decoder, embedding, criterion.
+std::vector<DumpArray> layer_parity_layout(const nlohmann::json& params);
+
+// Makes `e` (a layer experiment whose params and prepare are set) dump: dump_variant "managed",
+// dump_params (parity_dropout 0, parity_batch, parity_seq_len, parity_src_len for the decoder,
+// parity_tokens, parity_dtypes), and a prepare that adds PreparedExperiment::dump (the parity run).
+void enable_layer_dump(ExperimentSpec& e);
 
 }  // namespace seqbench::layer_experiments

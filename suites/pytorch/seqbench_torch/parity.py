@@ -29,7 +29,8 @@ from . import npy
 from .errors import RunnerError
 from .report import check
 
-UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
+# Integer outputs (counts) are exact: u = 0, and with n = 0 their bound is 0.
+UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8, "i32": 0.0, "u8": 0.0}
 FP32_U = 2.0 ** -24
 
 
@@ -296,10 +297,17 @@ ORACLES = {
 }
 
 
-def oracle_for(experiment):
-    """(oracle or None, backward) of an experiment name ("softmax_bwd/bf16/..." -> softmax, True)."""
+def oracle_for(experiment, suite="operators"):
+    """(oracle or None, backward) of an experiment name ("softmax_bwd/bf16/..." -> softmax, True) in
+    its suite: the layers suite's families (encoder, decoder, embedding, criterion) have their own
+    oracles (parity_layers.py; its embedding and criterion are layers, not the operator families)."""
     family = experiment.split("/", 1)[0]
     base = family.rsplit("_", 1)[0] if family.endswith(("_fwd", "_bwd")) else family
+    if suite == "layers":
+        from .parity_layers import LAYER_ORACLES
+        return LAYER_ORACLES.get(base), family.endswith("_bwd")
+    if suite != "operators":
+        return None, False
     return ORACLES.get(base), family.endswith("_bwd")
 
 
@@ -325,7 +333,7 @@ def parity_checks(torch, dump_dir, suite, regex):
             raise RunnerError(f"{folder}/manifest.json: expected schema 'seqbench.dump/1'")
         if not regex.search(f"{suite}/{experiment}"):
             continue
-        oracle, backward = oracle_for(experiment)
+        oracle, backward = oracle_for(experiment, suite)
         if oracle is None:
             continue
         arrays, ours, dtypes = {}, {}, {}
@@ -338,9 +346,23 @@ def parity_checks(torch, dump_dir, suite, regex):
         for name, (tensor, n) in theirs.items():
             if name not in ours:
                 continue
+            if tensor.numel() != ours[name].numel():
+                raise RunnerError(f"{folder}: {name} has {ours[name].numel()} elements, torch's {tensor.numel()}")
+            tensor = tensor.reshape(ours[name].shape)
+            title = f"{experiment} {name} vs PyTorch {torch.__version__}"
+            if hasattr(n, "tolerance"):  # a layer's normwise bound (parity_layers.LayerBound)
+                from .parity_layers import normwise_check
+                a, b = ours[name].double(), tensor.to(ours[name].dtype).double()
+                err = (a - b).abs().max().item() if a.numel() else 0.0
+                scale = b.abs().max().item() if b.numel() else 0.0
+                passed, ratio, tol = normwise_check(err, scale, dtypes[name], n)
+                checks.append(check(title, passed, ratio, ratio, tol,
+                                    f"max |seqbench - torch| / max |torch| over {tensor.numel()} elements; "
+                                    f"max abs {err:.3e}, max |torch| {scale:.3e}; {n.describe()}"))
+                continue
             scaled, rel, abs_err = scaled_errors(torch, ours[name], tensor.to(ours[name].dtype))
             tol = tolerance(dtypes[name], n)
-            checks.append(check(f"{experiment} {name} vs PyTorch {torch.__version__}", scaled <= tol, scaled, rel, tol,
+            checks.append(check(title, scaled <= tol, scaled, rel, tol,
                                 f"max |seqbench - torch| / max(1, |torch|) over {tensor.numel()} elements; "
                                 f"max abs {abs_err:.3e}; bound 2u + 2n·2^-24 with n = {n} (suites/pytorch parity.py)"))
     return checks
