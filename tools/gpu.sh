@@ -4,14 +4,16 @@
 #      through the offline bundle (.bundle/, from tools/bundle.sh) where packages are missing;
 #   2. run every ctest test (the gpu label included), then compute-sanitizer memcheck and
 #      racecheck on the GPU test binaries where the tool and the machine support them;
-#   3. run the requested suites with --out reports/<device>/; then, where torch is importable, the
-#      PyTorch baselines of the same suites (suites/pytorch/run.py) into the same folder; then
-#      regenerate that folder's tables, which join both (the "vs torch" columns);
+#   3. run the requested suites with --out reports/<device>/; then `seqbench dump --quick` of the
+#      suites the PyTorch runner maps (into build/gpu-dump/, not $OUT: it is large); then, where
+#      torch is importable, the PyTorch baselines of the same suites (suites/pytorch/run.py) into
+#      the same folder, with --parity over that dump (its differences land in the torch reports'
+#      checks); then regenerate that folder's tables, which join both (the "vs torch" columns);
 #   4. print a short summary last.
 # Logs and a tarball of the new reports go to $OUT (or ./gpu-out) so they come back from a lease.
 #
 #   tools/gpu.sh [--quick] [suite ...]      default: every suite
-#   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, torch); a lease's
+#   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, dump, torch); a lease's
 #                                           call is limited to 10 minutes, so a full pass may take
 #                                           several calls: build/gpu stays while the machine is warm.
 set -uo pipefail
@@ -27,7 +29,7 @@ for arg in "$@"; do
   esac
 done
 export PATH="/usr/local/cuda/bin:$PATH"
-stages=" ${STAGES:-build test sanitize run torch} "
+stages=" ${STAGES:-build test sanitize run dump torch} "
 want() { [[ "$stages" == *" $1 "* ]]; }
 summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
@@ -85,6 +87,22 @@ torch_suites=()
 for ((i = 1; i < ${#suites[@]}; i += 2)); do
   case "${suites[$i]}" in operators | trainer | layers) torch_suites+=(--suite "${suites[$i]}") ;; esac
 done
+# The parity dump: quick shapes (numerics, not scale); the runner's --parity reads every manifest.
+dump_dir=build/gpu-dump
+if ! want dump; then
+  step "seqbench dump" skipped
+elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
+  step "seqbench dump" "skipped (no suite the PyTorch runner maps)"
+else
+  rm -rf "$dump_dir"
+  if "$build"/suites/seqbench dump --quick "${torch_suites[@]}" --out "$dump_dir" >"$out/dump.log" 2>&1; then
+    step "seqbench dump" "ok ($(du -sh "$dump_dir" | cut -f1))"
+  else
+    step "seqbench dump" "FAILED (see $out/dump.log)"
+  fi
+fi
+parity=()
+[ -d "$dump_dir" ] && parity=(--parity "$dump_dir")
 if ! want torch; then
   step "pytorch baselines" skipped
 elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
@@ -92,7 +110,7 @@ elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
 elif ! python3 -c 'import torch' >/dev/null 2>&1; then
   step "pytorch baselines" "skipped (torch not importable)"
 elif python3 suites/pytorch/run.py --seqbench "$build"/suites/seqbench "${quick[@]}" "${torch_suites[@]}" \
-       --out "$dir" 2>&1 | tee "$out/pytorch.log"; then
+       "${parity[@]}" --out "$dir" 2>&1 | tee "$out/pytorch.log"; then
   step "pytorch baselines" ok
 else
   step "pytorch baselines" "FAILED (see $out/pytorch.log)"
