@@ -93,7 +93,7 @@ ExperimentSpec bias_act_dropout_experiment(std::int64_t rows, std::int64_t cols,
               {"dtype", dtype},
               {"activation", kernels::activation_name(act)},
               {"p", std::round(kBenchP * 1e6) / 1e6},
-              {"pass", backward ? "bwd" : "fwd"}};
+              {"direction", backward ? "bwd" : "fwd"}};
   e.baseline = "unfused";
   const double s = sizeof(T), n = static_cast<double>(rows) * static_cast<double>(cols),
                c = static_cast<double>(cols);

@@ -71,7 +71,7 @@ ExperimentSpec dropout_experiment(std::size_t n, bool backward) {
   e.params = {{"elements", n},
               {"dtype", dtype},
               {"p", std::round(kBenchP * 1e6) / 1e6},
-              {"pass", backward ? "bwd" : "fwd"},
+              {"direction", backward ? "bwd" : "fwd"},
               // Kept for backward: unfused `elements` bytes (uint8), fused_bitmask this, fused_regen 0.
               {"bitmask_bytes", kernels::dropout_mask_bytes(n)}};
   e.baseline = "unfused";

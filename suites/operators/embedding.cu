@@ -177,7 +177,7 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
           : 0.0;
   e.params = {{"tokens", tokens},
               {"batch", shape.batch},
-              {"len", kLen},
+              {"seq_len", kLen},
               {"hidden", hidden},
               {"vocab", vocab},
               {"dtype", dtype},
@@ -192,7 +192,7 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
               {"num_positions", shape.num_positions},
               {"distinct_token_rows", rows_tok.size()},
               {"zero_fill_bytes", zero_fill},
-              {"pass", backward ? "bwd" : "fwd"}};
+              {"direction", backward ? "bwd" : "fwd"}};
   e.baseline = "unfused";
   if (backward) {
     e.variants = {{"unfused", bytes, 0}, {"atomic", bytes, 0}, {"sorted", bytes, 0}};

@@ -44,6 +44,10 @@ using Guarded = check_util::Guarded<T, check_util::GuardAt::both_ends>;
 // forward with Welford 7 for the statistics + 4 for the output; backward 14.
 constexpr double kForwardFlopsPerElement = 11.0;
 constexpr double kBackwardFlopsPerElement = 14.0;
+// The experiments' epsilon (nn.LayerNorm's default), recorded in params as "eps" so that an outside
+// oracle (suites/pytorch) uses the same value; the kernels take it as float.
+constexpr double kBenchEps = 1e-5;
+constexpr float kEps = static_cast<float>(kBenchEps);
 
 template <class T>
 struct LayerNormState {
@@ -65,6 +69,7 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
               {"dtype", dtype},
               {"tokens", tokens},
               {"hidden", hidden},
+              {"eps", kBenchEps},
               {"stats", kernels::layernorm_stats_name(kernels::kDefaultLayerNormStats)},
               {"figure", "LightSeq2 Fig. 16"}};
   e.baseline = "unfused";
@@ -101,7 +106,7 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
           kernels::layernorm_unfused_backward_workspace_bytes(DTypeTraits<T>::dtype, tokens, hidden));
       // The backward consumes the forward's statistics; y is not needed, dx stands in for it.
       kernels::launch_layernorm_forward<T>(st->dx.data(), st->mean.data(), st->rstd.data(), st->x.data(),
-                                           st->gamma.data(), st->beta.data(), tokens, hidden, 1e-5f, nullptr);
+                                           st->gamma.data(), st->beta.data(), tokens, hidden, kEps, nullptr);
     }
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
     PreparedExperiment p;
@@ -109,12 +114,11 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
       p.variants.push_back([st, tokens, hidden](cudaStream_t stream) {
         kernels::launch_layernorm_forward_unfused<T>(
             st->y.data(), st->mean.data(), st->rstd.data(), st->x.data(), st->gamma.data(), st->beta.data(),
-            tokens, hidden, 1e-5f, st->unfused_ws.data(), st->unfused_ws.size(), stream);
+            tokens, hidden, kEps, st->unfused_ws.data(), st->unfused_ws.size(), stream);
       });
       p.variants.push_back([st, tokens, hidden](cudaStream_t stream) {
         kernels::launch_layernorm_forward<T>(st->y.data(), st->mean.data(), st->rstd.data(), st->x.data(),
-                                             st->gamma.data(), st->beta.data(), tokens, hidden, 1e-5f,
-                                             stream);
+                                             st->gamma.data(), st->beta.data(), tokens, hidden, kEps, stream);
       });
     } else {
       p.variants.push_back([st, tokens, hidden](cudaStream_t stream) {

@@ -134,13 +134,14 @@ ExperimentSpec qkv_reshape_experiment(Pass pass, std::int64_t tokens, std::int64
            ",P=" + std::to_string(s.projections);
   e.params = {{"tokens", tokens},
               {"batch", s.batch},
-              {"len", len},
+              {"seq_len", len},
               {"hidden", hidden},
               {"heads", heads},
               {"head_dim", s.head_dim()},
               {"projections", s.projections},
               {"dtype", dtype},
-              {"pass", pass_name(pass)}};
+              {"op", pass_name(pass)},
+              {"direction", pass == Pass::split_bwd ? "bwd" : "fwd"}};
   e.baseline = "unfused";
   const double sz = sizeof(T), n = static_cast<double>(s.elements()), c = static_cast<double>(s.cols());
   // Each input read once, each output written once: the split reads projected and the bias and

@@ -49,7 +49,7 @@ def scaled_errors(torch, ours, theirs):
 
 def layernorm_outputs(torch, arrays, params, backward):
     hidden = int(params["hidden"])
-    eps = float(params.get("eps", 1e-5))
+    eps = float(params["eps"])
     x, gamma, beta = arrays["x"], arrays["gamma"], arrays["beta"]
     if not backward:
         y, mean, rstd = torch.ops.aten.native_layer_norm(x, [hidden], gamma, beta, eps)
@@ -143,7 +143,7 @@ def cross_entropy_outputs(torch, arrays, params, backward):
 
 
 def heads_dims(params):
-    batch, length, heads, hidden = (int(params[k]) for k in ("batch", "len", "heads", "hidden"))
+    batch, length, heads, hidden = (int(params[k]) for k in ("batch", "seq_len", "heads", "hidden"))
     return batch, length, heads, hidden, int(params.get("projections", 1)), hidden // heads
 
 

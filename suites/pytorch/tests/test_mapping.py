@@ -69,6 +69,17 @@ class RealList(unittest.TestCase):
             self.assertAlmostEqual(share, e.params["pad_fraction"], places=5, msg=e.name)
         self.assertGreater(seen, 0)
 
+    def test_operator_params_share_the_layers_vocabulary(self):
+        # One vocabulary across suites (suites/layers/README.md): params.direction, never "pass";
+        # seq_len, never "len"; and the LayerNorm experiments record the eps their kernels use.
+        for e in self.suites["operators"].experiments:
+            self.assertNotIn("pass", e.params, e.name)
+            self.assertNotIn("len", e.params, e.name)
+            backward = e.family.endswith("_bwd")
+            self.assertIn(e.params.get("direction"), ("bwd", "backward") if backward else ("fwd", "forward"), e.name)
+            if e.family.startswith("layernorm"):
+                self.assertEqual(e.params.get("eps"), 1e-5, e.name)
+
     def test_trainer_lists_its_tensors(self):
         for e in self.suites["trainer"].experiments:
             elements = e.inputs["tensor_elements"]
@@ -101,6 +112,22 @@ class Families(unittest.TestCase):
         with self.assertRaisesRegex(Unmapped, "suite 'device' has no torch equivalent"):
             plan_for(experiment("device", "copy/16MiB", {}))
 
+    def test_layernorm_takes_the_experiments_eps(self):
+        from seqbench_torch.families.layernorm import layernorm_eps
+
+        self.assertEqual(layernorm_eps({"eps": 1e-6}), 1e-6)
+        for bad in (0.0, -1e-5, float("inf"), "1e-5", True):
+            with self.assertRaisesRegex(Unmapped, "params.eps"):
+                layernorm_eps({"eps": bad})
+
+    def test_direction_says_backward(self):
+        from seqbench_torch.families.common import is_backward
+
+        for params, backward in (({"direction": "bwd"}, True), ({"direction": "backward"}, True),
+                                 ({"direction": "fwd"}, False), ({"direction": "forward"}, False), ({}, False)):
+            self.assertEqual(is_backward(experiment("operators", "merge_heads/f32/x", params)), backward, params)
+        self.assertTrue(is_backward(experiment("operators", "dropout_bwd/f32/x", {})))
+
     def test_prefixes_pick_the_most_specific_family(self):
         from seqbench_torch.families import bias_act_dropout, dropout, module_for
 
@@ -111,6 +138,8 @@ class Families(unittest.TestCase):
     def test_missing_params_name_the_key(self):
         with self.assertRaisesRegex(Unmapped, "params lack 'hidden'"):
             plan_for(experiment("operators", "layernorm_fwd/f32/x", {"tokens": 4, "dtype": "f32"}))
+        with self.assertRaisesRegex(Unmapped, "params lack 'eps'"):
+            plan_for(experiment("operators", "layernorm_fwd/f32/x", {"tokens": 4, "hidden": 8, "dtype": "f32"}))
         with self.assertRaisesRegex(Unmapped, "params.dtype 'f64'"):
             plan_for(experiment("operators", "dropout_fwd/f64/x", {"elements": 4, "p": 0.1, "dtype": "f64"}))
         with self.assertRaisesRegex(Unmapped, "params.mask 'key_lengths'"):
@@ -134,11 +163,11 @@ class Families(unittest.TestCase):
             plan_for(experiment("operators", "cross_entropy_fwd/f32/x", {"rows": 8, "vocab": 50, "dtype": "f32"}))
         with self.assertRaisesRegex(Unmapped, "params.positions 'rotary'"):
             plan_for(experiment("operators", "embedding_fwd/f32/x",
-                                {"batch": 2, "len": 4, "vocab": 50, "hidden": 8, "p": 0.1, "dtype": "f32",
+                                {"batch": 2, "seq_len": 4, "vocab": 50, "hidden": 8, "p": 0.1, "dtype": "f32",
                                  "positions": "rotary"}))
         with self.assertRaisesRegex(Unmapped, "not a multiple of heads"):
             plan_for(experiment("operators", "qkv_split_fwd/f32/x",
-                                {"batch": 2, "len": 4, "hidden": 9, "heads": 2, "projections": 3, "dtype": "f32"}))
+                                {"batch": 2, "seq_len": 4, "hidden": 9, "heads": 2, "projections": 3, "dtype": "f32"}))
 
 
 if __name__ == "__main__":

@@ -66,9 +66,9 @@ def torch_dtype(torch, name):
 
 
 def is_backward(experiment):
-    """From the name ("..._bwd/...") or the params ("pass": "bwd", "direction": "backward")."""
-    p = experiment.params
-    return experiment.family.endswith("_bwd") or p.get("pass") == "bwd" or p.get("direction") == "backward"
+    """From the name ("..._bwd/...") or params.direction ("bwd"; the LayerNorm, softmax and
+    cross-entropy experiments write "backward")."""
+    return experiment.family.endswith("_bwd") or experiment.params.get("direction") in ("bwd", "backward")
 
 
 def dropout_p(params):

@@ -1,8 +1,8 @@
 """embedding_* (LightSeq2's embedding layer, suites/operators/embedding.cu): token lookup scaled by
 sqrt(H), plus positions, padding rows zero, then dropout.
 
-params: batch, len, hidden, vocab, dtype, p, positions ("sinusoidal/nonpad_count" as fairseq, or
-"learned/slot" as Hugging Face), padding_share, pass. The seqbench experiments use padding index 1
+params: batch, seq_len, hidden, vocab, dtype, p, positions ("sinusoidal/nonpad_count" as fairseq, or
+"learned/slot" as Hugging Face), padding_share, direction. The seqbench experiments use padding index 1
 and scale sqrt(hidden) (fairseq's embed_scale).
 
 forward (eager, as fairseq runs it): mask = ids != pad; positions = cumsum(mask)·mask (nonpad
@@ -34,8 +34,8 @@ def sinusoidal_table(torch, num_positions, hidden, dtype):
 
 def plan(experiment):
     p = experiment.params
-    batch, seq, hidden, vocab = (positive_int(k, v) for k, v in zip(("batch", "len", "hidden", "vocab"),
-                                                                    need(p, "batch", "len", "hidden", "vocab")))
+    batch, seq, hidden, vocab = (positive_int(k, v) for k, v in zip(("batch", "seq_len", "hidden", "vocab"),
+                                                                    need(p, "batch", "seq_len", "hidden", "vocab")))
     (positions,) = need(p, "positions")
     if positions not in ("sinusoidal/nonpad_count", "learned/slot"):
         raise Unmapped(f"params.positions {positions!r} is not sinusoidal/nonpad_count or learned/slot")

@@ -5,16 +5,27 @@ forward:  aten.native_layer_norm(x, [hidden], gamma, beta, eps) -> y, mean, rstd
 backward: aten.native_layer_norm_backward(dy, x, [hidden], mean, rstd, gamma, beta) -> dx, dgamma,
           dbeta: what autograd runs for nn.LayerNorm.
 """
+import math
+
+from ..errors import Unmapped
 from .common import dtype_name, is_backward, need, operator_plan, operator_variants, positive_int, randn, torch_dtype
 
 PREFIX = "layernorm"
+
+
+def layernorm_eps(params):
+    """params.eps: the epsilon seqbench's kernels used (suites/operators/layernorm.cu records it)."""
+    (eps,) = need(params, "eps")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise Unmapped(f"params.eps = {eps!r} is not a positive finite number")
+    return float(eps)
 
 
 def plan(experiment):
     tokens, hidden = need(experiment.params, "tokens", "hidden")
     tokens, hidden = positive_int("tokens", tokens), positive_int("hidden", hidden)
     dtype = dtype_name(experiment.params)
-    eps = float(experiment.params.get("eps", 1e-5))  # seqbench's experiments use 1e-5
+    eps = layernorm_eps(experiment.params)
     backward = is_backward(experiment)
 
     def build(torch):

@@ -1,7 +1,7 @@
 """qkv_split_fwd, qkv_split_bwd and merge_heads (suites/operators/qkv_reshape.cu): LightSeq2's bias
 add + split of the fused QKV projection into the per-head layout, and its inverse.
 
-params: batch, len, hidden, heads, head_dim, projections (P), dtype, pass.
+params: batch, seq_len, hidden, heads, head_dim, projections (P), dtype, op (the family), direction.
 
 qkv_split_fwd: x [B·L, P·H] + bias [P·H] -> [P, B, N, L, d]:
                (x + bias).view(B, L, P, N, d).permute(2, 0, 3, 1, 4).contiguous();
@@ -17,8 +17,8 @@ PREFIXES = ("qkv_split", "merge_heads")
 def plan(experiment):
     p = experiment.params
     batch, seq, hidden, heads, projections = (
-        positive_int(k, v) for k, v in zip(("batch", "len", "hidden", "heads", "projections"),
-                                           need(p, "batch", "len", "hidden", "heads", "projections")))
+        positive_int(k, v) for k, v in zip(("batch", "seq_len", "hidden", "heads", "projections"),
+                                           need(p, "batch", "seq_len", "hidden", "heads", "projections")))
     if hidden % heads:
         raise Unmapped(f"hidden {hidden} is not a multiple of heads {heads}")
     d = hidden // heads
