@@ -125,7 +125,7 @@ ExperimentSpec cross_entropy_experiment(std::int64_t rows, std::int64_t vocab, b
   e.name = std::string(backward ? "cross_entropy_bwd/" : "cross_entropy_fwd/") + dtype +
            "/N=" + std::to_string(rows) + ",V=" + std::to_string(vocab);
   e.params = {{"op", "label_smoothed_cross_entropy"},
-              {"direction", backward ? "backward" : "forward"},
+              {"direction", backward ? "bwd" : "fwd"},
               {"dtype", dtype},
               {"rows", rows},
               {"vocab", vocab},

@@ -65,7 +65,7 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
   e.name = std::string(backward ? "layernorm_bwd/" : "layernorm_fwd/") + dtype +
            "/tokens=" + std::to_string(tokens) + ",hidden=" + std::to_string(hidden);
   e.params = {{"op", "layernorm"},
-              {"direction", backward ? "backward" : "forward"},
+              {"direction", backward ? "bwd" : "fwd"},
               {"dtype", dtype},
               {"tokens", tokens},
               {"hidden", hidden},

@@ -71,7 +71,7 @@ ExperimentSpec softmax_experiment(bool backward, std::int64_t batch, std::int64_
            "x" + std::to_string(heads) + ",len=" + std::to_string(len) +
            (q_len < len ? ",q=" + std::to_string(q_len) : "");
   e.params = {{"op", "attention_softmax"},
-              {"direction", backward ? "backward" : "forward"},
+              {"direction", backward ? "bwd" : "fwd"},
               {"dtype", dtype},
               {"batch", batch},
               {"heads", heads},

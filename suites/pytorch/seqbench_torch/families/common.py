@@ -66,9 +66,8 @@ def torch_dtype(torch, name):
 
 
 def is_backward(experiment):
-    """From the name ("..._bwd/...") or params.direction ("bwd"; the LayerNorm, softmax and
-    cross-entropy experiments write "backward")."""
-    return experiment.family.endswith("_bwd") or experiment.params.get("direction") in ("bwd", "backward")
+    """From the name ("..._bwd/...") or params.direction ("bwd", as every suite writes it)."""
+    return experiment.family.endswith("_bwd") or experiment.params.get("direction") == "bwd"
 
 
 def dropout_p(params):
