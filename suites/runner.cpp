@@ -14,6 +14,7 @@
 #include "suites/gpu_timer.h"
 #include "suites/meta.h"
 #include "suites/report.h"
+#include "suites/runner_detail.h"
 #include "suites/sample_stats.h"
 #include "suites/suite_device.h"
 
@@ -150,12 +151,12 @@ void initialize_benchmark_library() {
   (void)initialized;
 }
 
-// Times the selected experiments of one suite; returns their report entries. An experiment whose
-// prepare or timing throws (an epilogue the device's cuBLASLt lacks, memory) leaves the report and
-// adds a failed check "run/<suite>/<experiment>/<variant>" carrying the error to `failures`: the
-// other experiments' measurements are kept, and the run still exits non-zero.
+}  // namespace
+
+namespace runner_detail {
+
 nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const ExperimentSpec*>& experiments,
-                                GpuTimer& timer, std::optional<double> copy_gbps, int repetitions,
+                                const Sampler& sample, std::optional<double> copy_gbps, int repetitions,
                                 std::ostream& log, std::vector<CheckResult>& failures) {
   initialize_benchmark_library();
   std::map<std::string, std::vector<double>> samples;
@@ -173,11 +174,11 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
     for (std::size_t v = 0; v < e->variants.size(); ++v) {
       const std::string name = prefix + "/" + e->variants[v].name;
       benchmark::RegisterBenchmark(name.c_str(),
-                                   [run, v, name, &timer, &samples, &errors](benchmark::State& state) {
+                                   [run, v, name, &sample, &samples, &errors](benchmark::State& state) {
                                      for (auto _ : state) {
                                        try {
                                          NvtxDynamicRange range(name);
-                                         const auto ms = timer.sample_ms(run->get().variants[v]);
+                                         const auto ms = sample(run->get().variants[v]);
                                          samples[name].insert(samples[name].end(), ms.begin(), ms.end());
                                          state.SetIterationTime(summarize_samples(ms).median * 1e-3);
                                        } catch (const std::exception& ex) {
@@ -228,6 +229,10 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
   }
   return out;
 }
+
+}  // namespace runner_detail
+
+namespace {
 
 std::vector<CheckResult> suite_checks(const SuiteSpec& suite, bool gpu, std::uint64_t seed,
                                       const std::regex& re) {
@@ -290,8 +295,9 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     if (!experiments.empty()) {
       SEQBENCH_REQUIRE(gpu, "suite '" << suite->name << "' has timed experiments but no GPU is present");
       std::vector<CheckResult> failures;
-      experiments_json =
-          time_experiments(*suite, experiments, *timer, copy_gbps, options.repetitions, log, failures);
+      experiments_json = runner_detail::time_experiments(
+          *suite, experiments, [&](const Work& work) { return timer->sample_ms(work); }, copy_gbps,
+          options.repetitions, log, failures);
       for (const CheckResult& f : failures) log << "  FAILED " << f.name << ": " << f.detail << "\n";
       failed += failures.size();
       checks.insert(checks.end(), failures.begin(), failures.end());
