@@ -125,10 +125,13 @@ struct ExperimentRun {
 
   PreparedExperiment& get() {
     if (!prepared) {
-      prepared = std::make_unique<PreparedExperiment>(spec->prepare());
-      SEQBENCH_REQUIRE(prepared->variants.size() == spec->variants.size(),
-                       "experiment " << spec->name << " prepared " << prepared->variants.size()
+      // Kept only once checked: a mis-sized one kept here would be indexed out of range by the
+      // next variant instead of failing it.
+      auto fresh = std::make_unique<PreparedExperiment>(spec->prepare());
+      SEQBENCH_REQUIRE(fresh->variants.size() == spec->variants.size(),
+                       "experiment " << spec->name << " prepared " << fresh->variants.size()
                                      << " variants, declared " << spec->variants.size());
+      prepared = std::move(fresh);
     }
     return *prepared;
   }

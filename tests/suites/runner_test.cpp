@@ -177,6 +177,22 @@ TEST(RunnerTimeExperiments, FailureInALaterRepetitionStillDropsTheExperiment) {
   EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
 }
 
+TEST(RunnerTimeExperiments, PrepareWithTheWrongVariantCountFailsEveryVariant) {
+  // Before the fix the mis-sized experiment was kept after the first variant's error, and the
+  // second variant indexed its one-element variant list at 1.
+  Liveness l;
+  Fault fault;
+  fault.prepared_variants = 1;
+  const Outcome o = run({experiment("a", l, fault), experiment("b", l)});
+  EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"b"}));
+  EXPECT_EQ(names_of(o.failures), (std::set<std::string>{"run/fake/a/slow", "run/fake/a/fast"}));
+  for (const CheckResult& c : o.failures)
+    EXPECT_NE(c.detail.find("prepared 1 variants, declared 2"), std::string::npos) << c.detail;
+  EXPECT_EQ(l.live_at_prepare, 0);
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
 TEST(RunnerTimeExperiments, EveryExperimentFailingLeavesAValidReport) {
   Liveness l;
   Fault fault;
