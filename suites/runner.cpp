@@ -137,7 +137,16 @@ struct ExperimentRun {
   }
   void finished_one() {
     if (remaining > 0 && --remaining == 0) {
-      if (prepared && prepared->notes) notes = prepared->notes();
+      // Called outside the benchmark's try block, and nothing may leave a benchmark function (it
+      // would skip ClearRegisteredBenchmarks and lose the suite's report): notes are informative,
+      // so an error in them is recorded there.
+      if (prepared && prepared->notes) {
+        try {
+          notes = prepared->notes();
+        } catch (const std::exception& e) {
+          notes = {{"error", std::string("notes() failed: ") + e.what()}};
+        }
+      }
       prepared.reset();
     }
   }
@@ -167,6 +176,11 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
   std::vector<std::unique_ptr<ExperimentRun>> runs;
   std::string spec_alternatives;
   std::size_t total = 0;
+  // The benchmarks registered below capture this frame's locals: they are unregistered when it
+  // ends, however it ends, so that a later call never runs one with dangling references.
+  struct Unregister {
+    ~Unregister() { benchmark::ClearRegisteredBenchmarks(); }
+  } unregister;
 
   for (const ExperimentSpec* e : experiments) {
     runs.push_back(std::make_unique<ExperimentRun>(

@@ -193,6 +193,28 @@ TEST(RunnerTimeExperiments, PrepareWithTheWrongVariantCountFailsEveryVariant) {
   EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
 }
 
+TEST(RunnerTimeExperiments, NotesThatThrowAreRecordedAndTheRunGoesOn) {
+  // notes() runs after the experiment's last variant, outside the timing's try block: its error
+  // used to leave the benchmark function and time_experiments (the whole run failed, no report).
+  Liveness l;
+  ExperimentSpec tuned = experiment("tuned", l);
+  tuned.prepare = [inner = tuned.prepare] {
+    PreparedExperiment p = inner();
+    p.notes = []() -> nlohmann::json { throw std::runtime_error("tuner state unreadable"); };
+    return p;
+  };
+  const Outcome o = run({tuned, experiment("b", l)});
+  EXPECT_TRUE(o.failures.empty());
+  ASSERT_EQ(names_of(o.experiments), (std::set<std::string>{"tuned", "b"}));
+  const nlohmann::json& notes = o.experiments[0].at("notes");
+  EXPECT_NE(notes.at("error").get<std::string>().find("tuner state unreadable"), std::string::npos);
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+  // A later call registers afresh.
+  const Outcome again = run({experiment("c", l)});
+  EXPECT_EQ(names_of(again.experiments), (std::set<std::string>{"c"}));
+}
+
 TEST(RunnerTimeExperiments, EveryExperimentFailingLeavesAValidReport) {
   Liveness l;
   Fault fault;
