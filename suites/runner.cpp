@@ -91,7 +91,9 @@ class ProgressReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration) continue;
-      const std::string name = run.run_name.str();
+      // The registered name: run_name.str() appends "/iterations:1/repeats:N/manual_time", which
+      // matches no key of samples_.
+      const std::string name = run.run_name.function_name;
       log_ << "  [" << ++done_ << "/" << total_ << "] " << name;
       if (run.error_occurred) {
         log_ << ": ERROR " << run.error_message << "\n";

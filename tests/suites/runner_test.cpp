@@ -83,6 +83,7 @@ struct Outcome {
   nlohmann::json experiments;
   std::vector<CheckResult> failures;
   nlohmann::json report;
+  std::string log;  // the progress lines
 };
 
 Outcome run(const std::vector<ExperimentSpec>& specs, int repetitions = 1) {
@@ -94,6 +95,7 @@ Outcome run(const std::vector<ExperimentSpec>& specs, int repetitions = 1) {
   Outcome out;
   std::ostringstream log;
   out.experiments = time_experiments(suite, selected, fake_sample, 2950.0, repetitions, log, out.failures);
+  out.log = log.str();
   // The report run_suites writes, on a valid report's meta (a device with copy_gbps 2950).
   out.report = testing::valid_report();
   out.report["suite"] = suite.name;
@@ -213,6 +215,18 @@ TEST(RunnerTimeExperiments, NotesThatThrowAreRecordedAndTheRunGoesOn) {
   // A later call registers afresh.
   const Outcome again = run({experiment("c", l)});
   EXPECT_EQ(names_of(again.experiments), (std::set<std::string>{"c"}));
+}
+
+TEST(RunnerTimeExperiments, ProgressLinesGiveEachRunsMedian) {
+  // The lines used to carry Google Benchmark's full run name (".../iterations:1/repeats:1/
+  // manual_time"), under which no samples are kept, so no line ever showed a median.
+  Liveness l;
+  Fault fault;
+  fault.throwing_variant = 1;
+  const Outcome o = run({experiment("a", l, fault)});
+  EXPECT_NE(o.log.find("[1/2] fake/a/slow: median 2 ms (p20 "), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("[2/2] fake/a/fast: ERROR "), std::string::npos) << o.log;
+  EXPECT_EQ(o.log.find("manual_time"), std::string::npos) << o.log;
 }
 
 TEST(RunnerTimeExperiments, EveryExperimentFailingLeavesAValidReport) {
