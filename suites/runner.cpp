@@ -14,6 +14,7 @@
 #include "suites/gpu_timer.h"
 #include "suites/meta.h"
 #include "suites/report.h"
+#include "suites/runner_detail.h"
 #include "suites/sample_stats.h"
 #include "suites/suite_device.h"
 
@@ -90,7 +91,9 @@ class ProgressReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration) continue;
-      const std::string name = run.run_name.str();
+      // The registered name: run_name.str() appends "/iterations:1/repeats:N/manual_time", which
+      // matches no key of samples_.
+      const std::string name = run.run_name.function_name;
       log_ << "  [" << ++done_ << "/" << total_ << "] " << name;
       if (run.error_occurred) {
         log_ << ": ERROR " << run.error_message << "\n";
@@ -124,16 +127,28 @@ struct ExperimentRun {
 
   PreparedExperiment& get() {
     if (!prepared) {
-      prepared = std::make_unique<PreparedExperiment>(spec->prepare());
-      SEQBENCH_REQUIRE(prepared->variants.size() == spec->variants.size(),
-                       "experiment " << spec->name << " prepared " << prepared->variants.size()
+      // Kept only once checked: a mis-sized one kept here would be indexed out of range by the
+      // next variant instead of failing it.
+      auto fresh = std::make_unique<PreparedExperiment>(spec->prepare());
+      SEQBENCH_REQUIRE(fresh->variants.size() == spec->variants.size(),
+                       "experiment " << spec->name << " prepared " << fresh->variants.size()
                                      << " variants, declared " << spec->variants.size());
+      prepared = std::move(fresh);
     }
     return *prepared;
   }
   void finished_one() {
     if (remaining > 0 && --remaining == 0) {
-      if (prepared && prepared->notes) notes = prepared->notes();
+      // Called outside the benchmark's try block, and nothing may leave a benchmark function (it
+      // would skip ClearRegisteredBenchmarks and lose the suite's report): notes are informative,
+      // so an error in them is recorded there.
+      if (prepared && prepared->notes) {
+        try {
+          notes = prepared->notes();
+        } catch (const std::exception& e) {
+          notes = {{"error", std::string("notes() failed: ") + e.what()}};
+        }
+      }
       prepared.reset();
     }
   }
@@ -150,12 +165,12 @@ void initialize_benchmark_library() {
   (void)initialized;
 }
 
-// Times the selected experiments of one suite; returns their report entries. An experiment whose
-// prepare or timing throws (an epilogue the device's cuBLASLt lacks, memory) leaves the report and
-// adds a failed check "run/<suite>/<experiment>/<variant>" carrying the error to `failures`: the
-// other experiments' measurements are kept, and the run still exits non-zero.
+}  // namespace
+
+namespace runner_detail {
+
 nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const ExperimentSpec*>& experiments,
-                                GpuTimer& timer, std::optional<double> copy_gbps, int repetitions,
+                                const Sampler& sample, std::optional<double> copy_gbps, int repetitions,
                                 std::ostream& log, std::vector<CheckResult>& failures) {
   initialize_benchmark_library();
   std::map<std::string, std::vector<double>> samples;
@@ -163,6 +178,11 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
   std::vector<std::unique_ptr<ExperimentRun>> runs;
   std::string spec_alternatives;
   std::size_t total = 0;
+  // The benchmarks registered below capture this frame's locals: they are unregistered when it
+  // ends, however it ends, so that a later call never runs one with dangling references.
+  struct Unregister {
+    ~Unregister() { benchmark::ClearRegisteredBenchmarks(); }
+  } unregister;
 
   for (const ExperimentSpec* e : experiments) {
     runs.push_back(std::make_unique<ExperimentRun>(
@@ -173,11 +193,11 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
     for (std::size_t v = 0; v < e->variants.size(); ++v) {
       const std::string name = prefix + "/" + e->variants[v].name;
       benchmark::RegisterBenchmark(name.c_str(),
-                                   [run, v, name, &timer, &samples, &errors](benchmark::State& state) {
+                                   [run, v, name, &sample, &samples, &errors](benchmark::State& state) {
                                      for (auto _ : state) {
                                        try {
                                          NvtxDynamicRange range(name);
-                                         const auto ms = timer.sample_ms(run->get().variants[v]);
+                                         const auto ms = sample(run->get().variants[v]);
                                          samples[name].insert(samples[name].end(), ms.begin(), ms.end());
                                          state.SetIterationTime(summarize_samples(ms).median * 1e-3);
                                        } catch (const std::exception& ex) {
@@ -228,6 +248,10 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
   }
   return out;
 }
+
+}  // namespace runner_detail
+
+namespace {
 
 std::vector<CheckResult> suite_checks(const SuiteSpec& suite, bool gpu, std::uint64_t seed,
                                       const std::regex& re) {
@@ -290,8 +314,9 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     if (!experiments.empty()) {
       SEQBENCH_REQUIRE(gpu, "suite '" << suite->name << "' has timed experiments but no GPU is present");
       std::vector<CheckResult> failures;
-      experiments_json =
-          time_experiments(*suite, experiments, *timer, copy_gbps, options.repetitions, log, failures);
+      experiments_json = runner_detail::time_experiments(
+          *suite, experiments, [&](const Work& work) { return timer->sample_ms(work); }, copy_gbps,
+          options.repetitions, log, failures);
       for (const CheckResult& f : failures) log << "  FAILED " << f.name << ": " << f.detail << "\n";
       failed += failures.size();
       checks.insert(checks.end(), failures.begin(), failures.end());

@@ -73,9 +73,9 @@
 //   fc1_bwd_dgelu_tanh_bgrad   GEMM; bias_act_dropout_bwd(gelu_tanh, dgelu_tanh_bgrad (aux = z)
 //                              p=0) (reads ff1_raw + bias)
 //   fc2/proj_bwd_bgrad         GEMM; column_sum(dy)                  bgrad_a
-// p is transformer-big's activation_dropout (0.1). Note: the row-tile kernels draw the Philox
-// mask even at p = 0 (their mask is a compile-time choice), so "separate" at p = 0 includes that
-// compute; it is what the layer runs at p = 0 today.
+// p is transformer-big's activation_dropout (0.1). At p = 0 the fused dropout kernels run their
+// mask-free instance (kernels/dropout_mask.h launch_row_tile_dropout: the same bits, no Philox
+// draws), so "separate" at p = 0 is the kernel the layer runs at p = 0, with no mask compute.
 //
 // Elementwise traffic beyond the GEMM's own operand reads, s = sizeof(T), per element of the
 // GEMM's [m, n] output (partials of the column sums, [row_blocks, n] floats, left out):
@@ -93,10 +93,10 @@
 //
 // Unsupported epilogues: prepare() asks Gemm::has_algorithm() for both products and throws
 // seqbench::Error naming the epilogue, the dtype and the shape when cuBLASLt has none on the
-// device. The runner (suites/runner.cpp) catches it per variant, skips that benchmark, runs every
-// other experiment of the suite, and then fails the whole run with the first error: no
-// layers.json is written and the suites after it do not run (seqbench exits non-zero with the
-// message). Run with --filter to leave such an experiment out.
+// device. The runner (suites/runner.cpp) catches it per variant: the experiment is left out of
+// layers.json and recorded there as failed checks run/layers/<experiment>/<variant> with the
+// message; every other experiment and suite is measured and reported, and seqbench exits non-zero.
+// Run with --filter to leave such an experiment out.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -1,0 +1,31 @@
+// The runner's timing loop, exposed for its CPU tests (tests/suites/runner_test.cpp): a fake
+// sampler stands in for GpuTimer, so that the failure-to-check path and the preparing and freeing of
+// experiments can be driven without a device. Not part of the public interface (runner.h).
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include "core/check_result.h"
+#include "suites/experiment.h"
+
+namespace seqbench::runner_detail {
+
+// Times one call of the work; returns milliseconds per call, one entry per sample
+// (GpuTimer::sample_ms in the runner).
+using Sampler = std::function<std::vector<double>(const Work&)>;
+
+// Times the selected experiments of one suite through Google Benchmark; returns their report
+// entries. Each experiment is prepared on its first variant's first run and freed after its last
+// variant's last repetition, so one experiment's state is resident at a time. An experiment whose
+// prepare or timing throws (an epilogue the device's cuBLASLt lacks, memory) leaves the report and
+// adds a failed check "run/<suite>/<experiment>/<variant>" carrying the error to `failures`, one per
+// failing variant: the other experiments' measurements are kept, and the run still exits non-zero.
+nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const ExperimentSpec*>& experiments,
+                                const Sampler& sample, std::optional<double> copy_gbps, int repetitions,
+                                std::ostream& log, std::vector<CheckResult>& failures);
+
+}  // namespace seqbench::runner_detail

@@ -1,0 +1,243 @@
+// The runner's timing loop on the CPU (suites/runner_detail.h): a fake sampler calls the work once
+// and returns fixed times, so that what time_experiments does with experiments that throw (while
+// prepared or timed) is checked without a device: a failed check per failing variant, the
+// experiment left out of the report, the others kept, every state freed before the next
+// experiment is prepared, and the report still valid against the schema.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/check_result.h"
+#include "suites/experiment.h"
+#include "suites/report.h"
+#include "suites/runner_detail.h"
+#include "suites_test_util.h"
+
+namespace seqbench {
+namespace {
+
+using runner_detail::time_experiments;
+
+// Counts the experiment states alive, and the most that were alive when one was being prepared.
+struct Liveness {
+  int live = 0;
+  int prepares = 0;
+  int live_at_prepare = 0;  // the most states alive at the start of any prepare()
+};
+
+struct State {
+  explicit State(Liveness& l) : liveness(l) { ++liveness.live; }
+  ~State() { --liveness.live; }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  Liveness& liveness;
+};
+
+// How an experiment misbehaves.
+struct Fault {
+  bool prepare_throws = false;
+  int throwing_variant = -1;  // this variant's work throws from its `throw_after`-th call on
+  int throw_after = 0;
+  std::size_t prepared_variants = 2;  // what prepare() returns (2 declared)
+};
+
+ExperimentSpec experiment(const std::string& name, Liveness& liveness, Fault fault = {}) {
+  ExperimentSpec e;
+  e.name = name;
+  e.params = {{"n", 1}};
+  e.baseline = "slow";
+  e.variants = {{"slow", 1e6, 0}, {"fast", 1e6, 0}};
+  e.prepare = [&liveness, fault, name] {
+    liveness.live_at_prepare = std::max(liveness.live_at_prepare, liveness.live);
+    ++liveness.prepares;
+    if (fault.prepare_throws) throw std::runtime_error(name + ": no algorithm for this epilogue");
+    auto state = std::make_shared<State>(liveness);
+    auto calls = std::make_shared<int>(0);
+    PreparedExperiment p;
+    for (std::size_t v = 0; v < fault.prepared_variants; ++v) {
+      p.variants.push_back([v, fault, calls, name](cudaStream_t) {
+        if (static_cast<int>(v) == fault.throwing_variant && (*calls)++ >= fault.throw_after)
+          throw std::runtime_error(name + ": out of memory");
+      });
+    }
+    p.state = state;
+    return p;
+  };
+  return e;
+}
+
+// One call of the work, then three samples (ms).
+std::vector<double> fake_sample(const Work& work) {
+  work(nullptr);
+  return {2.0, 1.0, 3.0};
+}
+
+struct Outcome {
+  nlohmann::json experiments;
+  std::vector<CheckResult> failures;
+  nlohmann::json report;
+  std::string log;  // the progress lines
+};
+
+Outcome run(const std::vector<ExperimentSpec>& specs, int repetitions = 1) {
+  SuiteSpec suite;
+  suite.name = "fake";
+  suite.experiments = specs;
+  std::vector<const ExperimentSpec*> selected;
+  for (const ExperimentSpec& e : suite.experiments) selected.push_back(&e);
+  Outcome out;
+  std::ostringstream log;
+  out.experiments = time_experiments(suite, selected, fake_sample, 2950.0, repetitions, log, out.failures);
+  out.log = log.str();
+  // The report run_suites writes, on a valid report's meta (a device with copy_gbps 2950).
+  out.report = testing::valid_report();
+  out.report["suite"] = suite.name;
+  out.report["experiments"] = out.experiments;
+  out.report["checks"] = nlohmann::json::array();
+  for (const CheckResult& c : out.failures) out.report["checks"].push_back(check_to_json(c));
+  return out;
+}
+
+std::set<std::string> names_of(const nlohmann::json& experiments) {
+  std::set<std::string> names;
+  for (const auto& e : experiments) names.insert(e.at("name").get<std::string>());
+  return names;
+}
+
+std::set<std::string> names_of(const std::vector<CheckResult>& failures) {
+  std::set<std::string> names;
+  for (const CheckResult& c : failures) names.insert(c.name);
+  return names;
+}
+
+TEST(RunnerTimeExperiments, EveryExperimentMeasuredAndFreedBeforeTheNext) {
+  Liveness l;
+  const Outcome o = run({experiment("a", l), experiment("b", l)}, 2);
+  EXPECT_TRUE(o.failures.empty());
+  EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"a", "b"}));
+  EXPECT_EQ(l.prepares, 2);  // once per experiment, not per variant or repetition
+  EXPECT_EQ(l.live_at_prepare, 0);
+  EXPECT_EQ(l.live, 0);
+  for (const auto& e : o.experiments) {
+    ASSERT_EQ(e.at("variants").size(), 2u);
+    EXPECT_EQ(e.at("variants")[0].at("samples").get<int>(), 6);  // 3 samples x 2 repetitions
+  }
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+TEST(RunnerTimeExperiments, PrepareThatThrowsIsAFailedCheckPerVariant) {
+  Liveness l;
+  Fault fault;
+  fault.prepare_throws = true;
+  const Outcome o = run({experiment("a", l), experiment("epilogue", l, fault), experiment("c", l)});
+  EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"a", "c"}));
+  // prepare() is tried again for the second variant: one failed check each.
+  EXPECT_EQ(names_of(o.failures),
+            (std::set<std::string>{"run/fake/epilogue/slow", "run/fake/epilogue/fast"}));
+  EXPECT_EQ(o.failures.size(), 2u);
+  for (const CheckResult& c : o.failures) {
+    EXPECT_FALSE(c.passed);
+    EXPECT_NE(c.detail.find("no algorithm for this epilogue"), std::string::npos) << c.detail;
+  }
+  EXPECT_EQ(l.prepares, 4);
+  EXPECT_EQ(l.live_at_prepare, 0);
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+TEST(RunnerTimeExperiments, TimingThatThrowsDropsTheExperimentAndFreesItsState) {
+  Liveness l;
+  Fault fault;
+  fault.throwing_variant = 1;
+  const Outcome o = run({experiment("a", l, fault), experiment("b", l)});
+  EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"b"}));
+  EXPECT_EQ(names_of(o.failures), (std::set<std::string>{"run/fake/a/fast"}));
+  EXPECT_EQ(l.prepares, 2);
+  EXPECT_EQ(l.live_at_prepare, 0);  // a's state went before b was prepared
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+TEST(RunnerTimeExperiments, FailureInALaterRepetitionStillDropsTheExperiment) {
+  Liveness l;
+  Fault fault;
+  fault.throwing_variant = 0;
+  fault.throw_after = 1;  // the first repetition is measured, the second throws
+  const Outcome o = run({experiment("a", l, fault), experiment("b", l)}, 3);
+  EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"b"}));
+  EXPECT_EQ(names_of(o.failures), (std::set<std::string>{"run/fake/a/slow"}));
+  EXPECT_EQ(o.failures.size(), 1u);
+  EXPECT_EQ(l.live_at_prepare, 0);
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+TEST(RunnerTimeExperiments, PrepareWithTheWrongVariantCountFailsEveryVariant) {
+  // Before the fix the mis-sized experiment was kept after the first variant's error, and the
+  // second variant indexed its one-element variant list at 1.
+  Liveness l;
+  Fault fault;
+  fault.prepared_variants = 1;
+  const Outcome o = run({experiment("a", l, fault), experiment("b", l)});
+  EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"b"}));
+  EXPECT_EQ(names_of(o.failures), (std::set<std::string>{"run/fake/a/slow", "run/fake/a/fast"}));
+  for (const CheckResult& c : o.failures)
+    EXPECT_NE(c.detail.find("prepared 1 variants, declared 2"), std::string::npos) << c.detail;
+  EXPECT_EQ(l.live_at_prepare, 0);
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+TEST(RunnerTimeExperiments, NotesThatThrowAreRecordedAndTheRunGoesOn) {
+  // notes() runs after the experiment's last variant, outside the timing's try block: its error
+  // used to leave the benchmark function and time_experiments (the whole run failed, no report).
+  Liveness l;
+  ExperimentSpec tuned = experiment("tuned", l);
+  tuned.prepare = [inner = tuned.prepare] {
+    PreparedExperiment p = inner();
+    p.notes = []() -> nlohmann::json { throw std::runtime_error("tuner state unreadable"); };
+    return p;
+  };
+  const Outcome o = run({tuned, experiment("b", l)});
+  EXPECT_TRUE(o.failures.empty());
+  ASSERT_EQ(names_of(o.experiments), (std::set<std::string>{"tuned", "b"}));
+  const nlohmann::json& notes = o.experiments[0].at("notes");
+  EXPECT_NE(notes.at("error").get<std::string>().find("tuner state unreadable"), std::string::npos);
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+  // A later call registers afresh.
+  const Outcome again = run({experiment("c", l)});
+  EXPECT_EQ(names_of(again.experiments), (std::set<std::string>{"c"}));
+}
+
+TEST(RunnerTimeExperiments, ProgressLinesGiveEachRunsMedian) {
+  // The lines used to carry Google Benchmark's full run name (".../iterations:1/repeats:1/
+  // manual_time"), under which no samples are kept, so no line ever showed a median.
+  Liveness l;
+  Fault fault;
+  fault.throwing_variant = 1;
+  const Outcome o = run({experiment("a", l, fault)});
+  EXPECT_NE(o.log.find("[1/2] fake/a/slow: median 2 ms (p20 "), std::string::npos) << o.log;
+  EXPECT_NE(o.log.find("[2/2] fake/a/fast: ERROR "), std::string::npos) << o.log;
+  EXPECT_EQ(o.log.find("manual_time"), std::string::npos) << o.log;
+}
+
+TEST(RunnerTimeExperiments, EveryExperimentFailingLeavesAValidReport) {
+  Liveness l;
+  Fault fault;
+  fault.prepare_throws = true;
+  const Outcome o = run({experiment("a", l, fault)});
+  EXPECT_TRUE(o.experiments.empty());
+  EXPECT_EQ(o.failures.size(), 2u);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+}  // namespace
+}  // namespace seqbench
