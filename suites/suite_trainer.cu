@@ -260,10 +260,15 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
         {"master_fp32", footprint(PrecisionMode::master_fp32)},
         {"per_tensor_fairseq", footprint(PrecisionMode::master_fp32) + n * sizeof(float)}}},
   };
-  if (kind == OptimizerKind::adam)
+  // Every hyperparameter of the update, so that an outside runner steps the same rule.
+  e.params["weight_decay"] = config.weight_decay;
+  if (kind == OptimizerKind::adam) {
     e.params["betas"] = {config.beta1, config.beta2};
-  else
+    e.params["eps"] = config.eps;
+  } else {
     e.params["momentum"] = config.momentum;
+    e.params["nesterov"] = config.nesterov;
+  }
   // The parameter list itself, for suites/pytorch/ to build the same tensors (one per parameter).
   nlohmann::json elements = nlohmann::json::array();
   for (const TensorSpec& t : model.tensors) elements.push_back(t.count);

@@ -56,6 +56,7 @@ void add_gemm_layer_params(nlohmann::json& params, const layers::LayerConfig& c,
   params["attn_dropout"] = c.attn_dropout;
   params["activation_dropout"] = c.activation_dropout;
   params["hidden_dropout"] = c.hidden_dropout;
+  params["layer_norm_eps"] = c.layer_norm_eps;
   params["max_batch_tokens"] = c.max_batch_tokens;
   params["max_seq_len"] = c.max_seq_len;
   params["gemm_flops"] = gemm_flops;

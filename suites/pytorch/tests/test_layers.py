@@ -11,7 +11,7 @@ from seqbench_torch.families.common import COMPILE, EAGER
 
 TRANSFORMER = {"model": "transformer-big", "hidden": 1024, "ffn": 4096, "heads": 16, "pre_layer_norm": True,
                "activation": "relu", "attn_dropout": 0.1, "activation_dropout": 0.1, "hidden_dropout": 0.3,
-               "max_batch_tokens": 8192, "max_seq_len": 256}
+               "layer_norm_eps": 1e-5, "max_batch_tokens": 8192, "max_seq_len": 256}
 
 
 def contract_params(kind, direction, dtype, batch, seq_len):
@@ -153,7 +153,9 @@ class TransformerParams(unittest.TestCase):
                  ({"activation_dropout": None}, "params lack 'activation_dropout'"),
                  ({"ffn": 0}, "params.ffn = 0 is not a positive integer"),
                  ({"dtype": "f64"}, "params.dtype 'f64'"),
-                 ({"hidden": None}, "params lack 'hidden'")]
+                 ({"hidden": None}, "params lack 'hidden'"),
+                 ({"layer_norm_eps": None}, "params lack 'layer_norm_eps'"),
+                 ({"layer_norm_eps": 0.0}, "params.layer_norm_eps = 0.0 is not a positive finite number")]
         for changes, message in cases:
             with self.assertRaisesRegex(Unmapped, message, msg=str(changes)):
                 plan_for(contract_experiment("encoder", **changes))

@@ -147,6 +147,17 @@ class Families(unittest.TestCase):
         with self.assertRaisesRegex(Unmapped, "inputs.tensor_elements is missing"):
             plan_for(experiment("trainer", "adam/x", {"optimizer": "adam", "lr": 1e-3, "loss_scale": 1.0,
                                                       "betas": [0.9, 0.98]}))
+        adam = {"optimizer": "adam", "lr": 1e-3, "loss_scale": 1.0, "betas": [0.9, 0.98], "eps": 1e-8,
+                "weight_decay": 0.0}
+        sgd = {"optimizer": "sgd", "lr": 1e-3, "loss_scale": 1.0, "momentum": 0.9, "nesterov": False,
+               "weight_decay": 0.0}
+        for params, name, missing in ((adam, "adam/x", "eps"), (adam, "adam/x", "weight_decay"),
+                                      (sgd, "sgd/x", "nesterov"), (sgd, "sgd/x", "momentum")):
+            incomplete = {k: v for k, v in params.items() if k != missing}
+            with self.assertRaisesRegex(Unmapped, f"params lack '{missing}'"):
+                plan_for(experiment("trainer", name, incomplete, {"tensor_elements": [4, 8]}))
+        for params, name in ((adam, "adam/x"), (sgd, "sgd/x")):
+            plan_for(experiment("trainer", name, params, {"tensor_elements": [4, 8]}))
 
     def test_cross_entropy_conventions_map_to_torch_label_smoothing(self):
         from seqbench_torch.families.cross_entropy import torch_label_smoothing

@@ -22,7 +22,7 @@ def contract(kind, direction="fwd", dtype="bf16", batch=32, seq_len=256):
          "parity_tokens": 1024, "parity_dtypes": [dtype, "f32"]}
     if kind in ("encoder", "decoder"):
         p.update(model="transformer-big", hidden=1024, ffn=4096, heads=16, pre_layer_norm=True, activation="relu",
-                 attn_dropout=0.1, activation_dropout=0.1, hidden_dropout=0.3, max_batch_tokens=8192, max_seq_len=256)
+                 attn_dropout=0.1, activation_dropout=0.1, hidden_dropout=0.3, layer_norm_eps=1e-5, max_batch_tokens=8192, max_seq_len=256)
         if kind == "decoder":
             p.update(src_len=seq_len, parity_src_len=seq_len)
     return p

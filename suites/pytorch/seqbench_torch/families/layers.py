@@ -48,7 +48,6 @@ TRANSFORMER_LAYERS = ("encoder", "decoder")
 ACTIVATIONS = {"relu": None, "gelu": "none", "gelu_tanh": "tanh"}
 POSITIONS = ("sinusoidal",)
 INDEXINGS = ("nonpad_count", "slot")
-LAYER_NORM_EPS = 1e-5  # layers::LayerConfig::layer_norm_eps, nn.LayerNorm's default
 DEVICE = "cuda"
 
 
@@ -117,7 +116,7 @@ class TransformerSpec:
     attn_dropout: float
     activation_dropout: float
     hidden_dropout: float
-    eps: float = LAYER_NORM_EPS
+    eps: float  # params.layer_norm_eps (layers::LayerConfig::layer_norm_eps)
 
     @property
     def head_dim(self):
@@ -172,9 +171,12 @@ def transformer_spec(kind, params):
     (activation,) = need(params, "activation")
     gelu_approximate(activation)
     src_len = positive_int("src_len", need(params, "src_len")[0]) if kind == "decoder" else seq_len
+    (eps,) = need(params, "layer_norm_eps")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise Unmapped(f"params.layer_norm_eps = {eps!r} is not a positive finite number")
     return TransformerSpec(kind, dtype_name(params), batch, seq_len, src_len, hidden, ffn, heads,
                            flag(params, "pre_layer_norm"), activation, ratio(params, "attn_dropout"),
-                           ratio(params, "activation_dropout"), ratio(params, "hidden_dropout"))
+                           ratio(params, "activation_dropout"), ratio(params, "hidden_dropout"), float(eps))
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,15 @@ def plan(experiment):
         raise Unmapped("inputs.tensor_elements is missing: rebuild seqbench (list --json carries the tensor list)")
     if any(not isinstance(n, int) or n < 0 for n in elements):
         raise Unmapped("inputs.tensor_elements holds a value that is not an element count")
+    # Every hyperparameter comes from the experiment (seqbench records them all): no default here
+    # may silently step another rule.
+    (weight_decay,) = need(p, "weight_decay")
     if optimizer in ("adam", "adamw"):
-        (betas,) = need(p, "betas")
-        options = {"betas": tuple(float(b) for b in betas), "eps": float(p.get("eps", 1e-8)),
-                   "weight_decay": float(p.get("weight_decay", 0.0))}
+        betas, eps = need(p, "betas", "eps")
+        options = {"betas": tuple(float(b) for b in betas), "eps": float(eps), "weight_decay": float(weight_decay)}
     else:
-        options = {"momentum": float(need(p, "momentum")[0]), "weight_decay": float(p.get("weight_decay", 0.0))}
+        momentum, nesterov = need(p, "momentum", "nesterov")
+        options = {"momentum": float(momentum), "nesterov": bool(nesterov), "weight_decay": float(weight_decay)}
     sizes = [n for n in elements if n > 0]  # PyTorch cannot hold a parameter without storage any differently
     lr, inv_scale = float(lr), 1.0 / float(loss_scale)
 
