@@ -302,8 +302,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       dump_options.out_dir = dump_out;
       const DumpResult r = dump_experiments(dump_options, out);
       out << r.dumped << " experiment(s) dumped (" << r.files << " .npy files) to " << dump_out << "; "
-          << r.no_dump << " selected experiment(s) have no dump yet\n";
-      return r.dumped > 0 ? 0 : kExitFailure;
+          << r.no_dump << " selected experiment(s) have no dump yet; " << r.failed.size() << " failed\n";
+      for (const std::string& f : r.failed) err << "seqbench: error: dump " << f << "\n";
+      return r.dumped > 0 && r.failed.empty() ? 0 : kExitFailure;
     }
   } catch (const Error& e) {
     err << "seqbench: error: " << e.message() << "\n";

@@ -135,25 +135,31 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
         ++result.no_dump;
         continue;
       }
-      PreparedExperiment p = e.prepare();
-      SEQBENCH_REQUIRE(p.dump, "dump: experiment " << e.name << " names dump_variant '" << e.dump_variant
-                                                   << "' but its prepare() set no dump function");
-      const std::string& variant = e.dump_variant;
-      std::size_t index = e.variants.size();
-      for (std::size_t v = 0; v < e.variants.size(); ++v)
-        if (e.variants[v].name == variant) index = v;
-      SEQBENCH_REQUIRE(index < p.variants.size(),
-                       "dump: experiment " << e.name << " has no variant '" << variant << "'");
-      p.variants[index](nullptr);
-      SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<DumpArray> arrays = p.dump();
+      try {
+        PreparedExperiment p = e.prepare();
+        SEQBENCH_REQUIRE(p.dump, "dump: experiment " << e.name << " names dump_variant '" << e.dump_variant
+                                                     << "' but its prepare() set no dump function");
+        const std::string& variant = e.dump_variant;
+        std::size_t index = e.variants.size();
+        for (std::size_t v = 0; v < e.variants.size(); ++v)
+          if (e.variants[v].name == variant) index = v;
+        SEQBENCH_REQUIRE(index < p.variants.size(),
+                         "dump: experiment " << e.name << " has no variant '" << variant << "'");
+        p.variants[index](nullptr);
+        SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<DumpArray> arrays = p.dump();
 
-      const std::filesystem::path dir = options.out_dir / suite->name / dump_folder_name(e.name);
-      nlohmann::json params = e.params;
-      params.update(e.dump_params);
-      result.files += write_dump_folder(dir, suite->name, e.name, params, variant, arrays);
-      ++result.dumped;
-      log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n";
+        const std::filesystem::path dir = options.out_dir / suite->name / dump_folder_name(e.name);
+        nlohmann::json params = e.params;
+        params.update(e.dump_params);
+        result.files += write_dump_folder(dir, suite->name, e.name, params, variant, arrays);
+        ++result.dumped;
+        log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n";
+      } catch (const std::exception& ex) {
+        const Error* error = dynamic_cast<const Error*>(&ex);
+        result.failed.push_back(suite->name + "/" + e.name + ": " + (error ? error->message() : ex.what()));
+        log << "FAILED " << result.failed.back() << "\n";
+      }
     }
   }
   return result;

@@ -80,6 +80,9 @@ struct DumpResult {
   std::size_t dumped = 0;   // experiments written
   std::size_t no_dump = 0;  // selected experiments whose family does not dump (yet)
   std::size_t files = 0;    // .npy files written
+  // "<suite>/<experiment>: <error>" of each experiment whose prepare, run or dump threw: it is
+  // skipped (no folder) and the others are still dumped; the command then exits non-zero.
+  std::vector<std::string> failed;
 };
 
 // The folder name of an experiment: "layernorm_fwd/bf16/tokens=4096,hidden=1024" ->
@@ -95,7 +98,8 @@ std::size_t write_dump_folder(const std::filesystem::path& dir, const std::strin
                               const std::string& variant, const std::vector<DumpArray>& arrays);
 
 // Throws seqbench::Error without a GPU (before writing anything), for an unknown suite, a bad regex
-// or an output folder that cannot be written.
+// or an output folder that cannot be written. An experiment that throws is recorded in
+// DumpResult::failed and the others are dumped.
 DumpResult dump_experiments(const DumpOptions& options, std::ostream& log);
 
 }  // namespace seqbench
