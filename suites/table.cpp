@@ -1,10 +1,12 @@
 #include "suites/table.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
 #include "suites/report.h"
@@ -240,6 +242,139 @@ std::string runner_note(const json& meta) {
   return text += ')';
 }
 
+// ---------------------------------------------------------------------------------------------
+// Markdown summaries: one table per experiment family, one row per experiment
+// ---------------------------------------------------------------------------------------------
+
+// Families grouped by their first two name components: gemm_epilogue/<op>/<dtype>/<shape> gives
+// one table per epilogue op, since the ops' shapes and variants differ.
+constexpr std::array<std::string_view, 1> kTwoLevelFamilies = {"gemm_epilogue"};
+
+// An experiment name split into its family and the rest: "layernorm_fwd/bf16/rows=4096" into
+// "layernorm_fwd" and "bf16/rows=4096"; a name without a '/' is a family of its own, rest "".
+std::pair<std::string, std::string> split_family(const std::string& name) {
+  std::size_t end = name.find('/');
+  if (end != std::string::npos && std::find(kTwoLevelFamilies.begin(), kTwoLevelFamilies.end(),
+                                            std::string_view(name).substr(0, end)) != kTwoLevelFamilies.end())
+    end = name.find('/', end + 1);
+  if (end == std::string::npos) return {name, ""};
+  return {name.substr(0, end), name.substr(end + 1)};
+}
+
+const std::string& name_of(const json& j) {
+  return j.at("name").get_ref<const std::string&>();
+}
+
+const std::string& baseline_of(const json& experiment) {
+  return experiment.at("baseline").get_ref<const std::string&>();
+}
+
+// The variant of that name unless it is the experiment's baseline; nullptr where there is none.
+const json* non_baseline_variant(const json& experiment, const std::string& name) {
+  if (name == baseline_of(experiment)) return nullptr;
+  for (const json& v : experiment.at("variants"))
+    if (name_of(v) == name) return &v;
+  return nullptr;
+}
+
+// The fastest non-baseline variant (the first of equal medians); nullptr where there is none.
+const json* best_variant(const json& experiment) {
+  const json* best = nullptr;
+  for (const json& v : experiment.at("variants"))
+    if (name_of(v) != baseline_of(experiment) &&
+        (!best || v.at("median_ms").get<double>() < best->at("median_ms").get<double>()))
+      best = &v;
+  return best;
+}
+
+struct Family {
+  std::string name;
+  std::vector<const json*> experiments;  // in report order
+  std::vector<std::string> variants;     // the non-baseline variant names, in order of appearance
+};
+
+std::vector<Family> families_of(const json& report) {
+  std::vector<Family> families;
+  for (const json& experiment : report.at("experiments")) {
+    const std::string family = split_family(name_of(experiment)).first;
+    auto it =
+        std::find_if(families.begin(), families.end(), [&](const Family& f) { return f.name == family; });
+    if (it == families.end()) it = families.insert(families.end(), Family{family, {}, {}});
+    it->experiments.push_back(&experiment);
+    for (const json& v : experiment.at("variants"))
+      if (name_of(v) != baseline_of(experiment) &&
+          std::find(it->variants.begin(), it->variants.end(), name_of(v)) == it->variants.end())
+        it->variants.push_back(name_of(v));
+  }
+  return families;
+}
+
+void md_summary(std::string& out, const json& report, const TorchIndex& torch,
+                const std::vector<std::string>& columns, const Family& family) {
+  // A rate column per variant only where some row has that rate.
+  struct Rates {
+    bool gbps = false, pct_copy_bw = false, tflops = false;
+  };
+  std::vector<Rates> rates(family.variants.size());
+  bool one_baseline = true;
+  for (const json* experiment : family.experiments) {
+    one_baseline = one_baseline && baseline_of(*experiment) == baseline_of(*family.experiments.front());
+    for (std::size_t i = 0; i < family.variants.size(); ++i)
+      if (const json* v = non_baseline_variant(*experiment, family.variants[i])) {
+        rates[i].gbps = rates[i].gbps || !v->at("gbps").is_null();
+        rates[i].pct_copy_bw = rates[i].pct_copy_bw || !v->at("pct_copy_bw").is_null();
+        rates[i].tflops = rates[i].tflops || !v->at("tflops").is_null();
+      }
+  }
+  // With several non-baseline variants, the torch columns need to say whose they are.
+  const bool show_best = !columns.empty() && family.variants.size() > 1;
+
+  std::vector<std::string> header = {
+      md(family.name), md(one_baseline ? baseline_of(*family.experiments.front()) : "baseline") + " ms"};
+  for (std::size_t i = 0; i < family.variants.size(); ++i) {
+    const std::string v = md(family.variants[i]);
+    header.insert(header.end(), {v + " ms", v + " speedup"});
+    if (rates[i].gbps) header.push_back(v + " GB/s");
+    if (rates[i].pct_copy_bw) header.push_back(v + " % copy BW");
+    if (rates[i].tflops) header.push_back(v + " TFLOP/s");
+  }
+  if (show_best) header.push_back("best");
+  for (const std::string& c : columns) header.push_back(torch_label(c));
+  md_row(out, header);
+  // Text columns left-aligned, numbers right-aligned.
+  const std::size_t best_column = show_best ? header.size() - columns.size() - 1 : 0;
+  out += "|";
+  for (std::size_t c = 0; c < header.size(); ++c) out += c == 0 || c == best_column ? "---|" : "---:|";
+  out += "\n";
+
+  for (const json* experiment : family.experiments) {
+    const std::string rest = split_family(name_of(*experiment)).second;
+    const std::string label = rest.empty() ? compact_params(experiment->at("params")) : rest;
+    std::vector<std::string> cells = {label.empty() ? kDash : md(label)};
+    for (const json& v : experiment->at("variants"))
+      if (name_of(v) == baseline_of(*experiment)) cells.push_back(make_row(*experiment, v).median);
+    for (std::size_t i = 0; i < family.variants.size(); ++i) {
+      const json* v = non_baseline_variant(*experiment, family.variants[i]);
+      const std::optional<Row> r = v ? std::optional<Row>(make_row(*experiment, *v)) : std::nullopt;
+      cells.push_back(r ? r->median : kDash);
+      cells.push_back(r ? r->speedup + "×" : kDash);
+      if (rates[i].gbps) cells.push_back(r ? md(r->gbps) : kDash);
+      if (rates[i].pct_copy_bw) cells.push_back(r ? md(r->pct_copy_bw) : kDash);
+      if (rates[i].tflops) cells.push_back(r ? md(r->tflops) : kDash);
+    }
+    const json* best = best_variant(*experiment);
+    if (show_best) cells.push_back(best ? md(name_of(*best)) : kDash);
+    if (!columns.empty()) {
+      // The join is the details' own: the best variant's row, with its "vs torch" cells.
+      const std::vector<Text> vs_torch = best ? make_row(torch, columns, report, *experiment, *best).vs_torch
+                                              : std::vector<Text>(columns.size());
+      for (const Text& x : vs_torch) cells.push_back(x ? *x + "×" : kDash);
+    }
+    md_row(out, cells);
+  }
+  out += "\n";
+}
+
 void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   const json& meta = report.at("meta");
   out += "## " + md(report.at("suite").get<std::string>() + runner_note(meta)) + " — " +
@@ -259,7 +394,13 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   }
 
   const json& experiments = report.at("experiments");
-  if (experiments.empty()) out += "No timed experiments.\n\n";
+  if (experiments.empty()) {
+    out += "No timed experiments.\n\n";
+  } else {
+    out += "### Summary\n\n";
+    for (const Family& family : families_of(report)) md_summary(out, report, torch, columns, family);
+    out += "### Details\n\n";
+  }
   for (const json& experiment : experiments) {
     std::vector<std::string> header = {"experiment", "params",    "variant", "median ms", "p20–p80 ms",
                                        "GB/s",       "% copy BW", "TFLOP/s", "speedup"};

@@ -71,12 +71,174 @@ json torch_report() {
   return r;
 }
 
+// A variant as the runner writes it on valid_report()'s device (copy bandwidth 2950 GB/s): rates
+// from bytes and flops, null where the amount is 0; p20 = p80 = median.
+json variant(const std::string& name, double median_ms, double bytes, double flops, double speedup) {
+  const double seconds = median_ms * 1e-3;
+  const json gbps = bytes > 0 ? json(bytes / seconds / 1e9) : json(nullptr);
+  return {{"name", name},
+          {"samples", 100},
+          {"median_ms", median_ms},
+          {"p20_ms", median_ms},
+          {"p80_ms", median_ms},
+          {"cv", 0.01},
+          {"bytes", bytes},
+          {"flops", flops},
+          {"gbps", gbps},
+          {"tflops", flops > 0 ? json(flops / seconds / 1e12) : json(nullptr)},
+          {"pct_copy_bw", gbps.is_null() ? json(nullptr) : json(gbps.get<double>() / 2950.0 * 100.0)},
+          {"speedup", speedup}};
+}
+
+json experiment(const std::string& name, const std::string& baseline, std::vector<json> variants) {
+  return {{"name", name}, {"params", {{"dtype", "bf16"}}}, {"baseline", baseline}, {"variants", variants}};
+}
+
+// Named as the suites name them: two LayerNorm experiments, and GEMM epilogues (bytes 0: no GB/s)
+// of two ops, which are two families; the second bias_gelu shape has a third variant.
+json family_report() {
+  json r = valid_report();
+  r["checks"] = json::array();
+  r["experiments"] = {
+      experiment("layernorm_fwd/bf16/rows=4096,cols=1024", "unfused",
+                 {variant("unfused", 0.025, 16e6, 0, 1), variant("fused", 0.00625, 16e6, 0, 4)}),
+      experiment("gemm_epilogue/bias_gelu/bf16/m=4096,n=4096,k=1024", "separate",
+                 {variant("separate", 0.5, 0, 3.4e10, 1), variant("epilogue", 0.4, 0, 3.4e10, 1.25)}),
+      experiment("layernorm_fwd/f16/rows=4096,cols=1024", "unfused",
+                 {variant("unfused", 0.02, 16e6, 0, 1), variant("fused", 0.01, 16e6, 0, 2)}),
+      experiment("gemm_epilogue/bias_gelu/bf16/m=8192,n=4096,k=1024", "separate",
+                 {variant("separate", 1, 0, 6.8e10, 1), variant("epilogue", 0.8, 0, 6.8e10, 1.25),
+                  variant("epilogue_aux", 0.5, 0, 6.8e10, 2)}),
+      experiment("gemm_epilogue/bias_relu/bf16/m=4096,n=4096,k=1024", "separate",
+                 {variant("separate", 0.5, 0, 3.4e10, 1), variant("epilogue", 0.25, 0, 3.4e10, 2)}),
+  };
+  return r;
+}
+
+TEST(RenderTables, SummaryHasOneTablePerFamilyBeforeTheDetails) {
+  const std::string md = render_tables({family_report()}, TableFormat::markdown);
+  // clang-format off
+  const std::string expected =
+      "## layernorm — NVIDIA H100 80GB HBM3 — 3f5c2a9 — 2026-11-22T10:00:00Z\n"
+      "\n"
+      "### Summary\n"
+      "\n"
+      "| layernorm_fwd | unfused ms | fused ms | fused speedup | fused GB/s | fused % copy BW |\n"
+      "|---|---:|---:|---:|---:|---:|\n"
+      "| bf16/rows=4096,cols=1024 | 0.0250 | 0.00625 | 4.00× | 2560 | 86.8 |\n"
+      "| f16/rows=4096,cols=1024 | 0.0200 | 0.0100 | 2.00× | 1600 | 54.2 |\n"
+      "\n"
+      "| gemm_epilogue/bias_gelu | separate ms | epilogue ms | epilogue speedup | epilogue TFLOP/s | epilogue_aux ms | epilogue_aux speedup | epilogue_aux TFLOP/s |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+      "| bf16/m=4096,n=4096,k=1024 | 0.500 | 0.400 | 1.25× | 85.0 | — | — | — |\n"
+      "| bf16/m=8192,n=4096,k=1024 | 1.00 | 0.800 | 1.25× | 85.0 | 0.500 | 2.00× | 136 |\n"
+      "\n"
+      "| gemm_epilogue/bias_relu | separate ms | epilogue ms | epilogue speedup | epilogue TFLOP/s |\n"
+      "|---|---:|---:|---:|---:|\n"
+      "| bf16/m=4096,n=4096,k=1024 | 0.500 | 0.250 | 2.00× | 136 |\n"
+      "\n"
+      "### Details\n"
+      "\n";
+  // clang-format on
+  EXPECT_EQ(md.substr(0, expected.size()), expected);
+  // The details follow in report order, a table per experiment.
+  EXPECT_TRUE(
+      contains(md, "| gemm_epilogue/bias_relu/bf16/m=4096,n=4096,k=1024 | dtype=bf16 | epilogue | 0.250 |"));
+  EXPECT_TRUE(md.ends_with("\nChecks: none.\n"));
+}
+
+TEST(RenderTables, SummaryJoinsPytorchForTheBestVariant) {
+  // PyTorch measured two of the experiments: eager 1.5 ms and compile 0.75 ms for the large
+  // bias_gelu shape, whose best variant is epilogue_aux (0.5 ms); eager only for LayerNorm f16.
+  json torch = family_report();
+  torch["meta"]["runner"] = "pytorch";
+  torch["experiments"] = {
+      experiment("gemm_epilogue/bias_gelu/bf16/m=8192,n=4096,k=1024", "torch_eager",
+                 {variant("torch_eager", 1.5, 0, 6.8e10, 1), variant("torch_compile", 0.75, 0, 6.8e10, 2)}),
+      experiment("layernorm_fwd/f16/rows=4096,cols=1024", "torch_eager",
+                 {variant("torch_eager", 0.04, 16e6, 0, 1)}),
+  };
+  const std::string md = render_tables({family_report(), torch}, TableFormat::markdown);
+  // clang-format off
+  EXPECT_TRUE(contains(md,
+      "| layernorm_fwd | unfused ms | fused ms | fused speedup | fused GB/s | fused % copy BW | vs torch eager | vs torch.compile |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+      "| bf16/rows=4096,cols=1024 | 0.0250 | 0.00625 | 4.00× | 2560 | 86.8 | — | — |\n"
+      "| f16/rows=4096,cols=1024 | 0.0200 | 0.0100 | 2.00× | 1600 | 54.2 | 4.00× | — |\n"));
+  // Several non-baseline variants: a "best" column names the one the torch columns compare.
+  EXPECT_TRUE(contains(md,
+      "| gemm_epilogue/bias_gelu | separate ms | epilogue ms | epilogue speedup | epilogue TFLOP/s | epilogue_aux ms | epilogue_aux speedup | epilogue_aux TFLOP/s | best | vs torch eager | vs torch.compile |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n"
+      "| bf16/m=4096,n=4096,k=1024 | 0.500 | 0.400 | 1.25× | 85.0 | — | — | — | epilogue | — | — |\n"
+      "| bf16/m=8192,n=4096,k=1024 | 1.00 | 0.800 | 1.25× | 85.0 | 0.500 | 2.00× | 136 | epilogue_aux | 3.00× | 1.50× |\n"));
+  // The same numbers as the best variant's row in the details.
+  EXPECT_TRUE(contains(md, "| epilogue_aux | 0.500 | 0.500–0.500 | — | — | 136 | 2.00× | 3.00× | 1.50× |\n"));
+  // The PyTorch report's own summary has no torch columns.
+  EXPECT_TRUE(contains(md,
+      "| gemm_epilogue/bias_gelu | torch_eager ms | torch_compile ms | torch_compile speedup | torch_compile TFLOP/s |\n"
+      "|---|---:|---:|---:|---:|\n"
+      "| bf16/m=8192,n=4096,k=1024 | 1.50 | 0.750 | 2.00× | 90.7 |\n"));
+  EXPECT_TRUE(contains(md,
+      "| layernorm_fwd | torch_eager ms |\n"
+      "|---|---:|\n"
+      "| f16/rows=4096,cols=1024 | 0.0400 |\n"));
+  // clang-format on
+}
+
+TEST(RenderTables, SummaryLeavesOutAFailedExperiment) {
+  // The runner records a variant that threw as a failed check run/<suite>/<exp>/<variant> and
+  // leaves the whole experiment out of the report: it is in no summary and no details.
+  json r = family_report();
+  r["experiments"].erase(4);  // gemm_epilogue/bias_relu
+  r["experiments"].erase(2);  // layernorm_fwd/f16
+  r["checks"].push_back({{"name", "run/layers/gemm_epilogue/bias_relu/bf16/m=4096,n=4096,k=1024/epilogue"},
+                         {"passed", false},
+                         {"max_abs_err", nullptr},
+                         {"max_rel_err", nullptr},
+                         {"tolerance", nullptr},
+                         {"detail", "cuBLASLt has no algorithm"}});
+  const std::string md = render_tables({r}, TableFormat::markdown);
+  EXPECT_FALSE(contains(md, "| gemm_epilogue/bias_relu |"));
+  EXPECT_FALSE(contains(md, "| f16/rows=4096"));
+  EXPECT_FALSE(contains(md, "layernorm_fwd/f16/"));
+  EXPECT_TRUE(contains(md, "| bf16/rows=4096,cols=1024 | 0.0250 | 0.00625 | 4.00× | 2560 | 86.8 |\n\n"));
+  EXPECT_TRUE(contains(md, "| gemm_epilogue/bias_gelu | separate ms |"));
+  EXPECT_TRUE(
+      contains(md,
+               "| run/layers/gemm_epilogue/bias_relu/bf16/m=4096,n=4096,k=1024/epilogue | — | — | — | "
+               "cuBLASLt has no algorithm |\n"));
+}
+
+TEST(RenderTables, SummaryAcrossBaselineNames) {
+  // Experiments of one family with different baselines: the column says "baseline", and a
+  // variant that is one experiment's baseline is no other column in that row.
+  json r = family_report();
+  r["experiments"] = {
+      experiment("adam/base", "eager", {variant("eager", 2, 0, 0, 1), variant("fused", 1, 0, 0, 2)}),
+      experiment("adam/big", "fused", {variant("fused", 4, 0, 0, 1), variant("eager", 8, 0, 0, 0.5)})};
+  // clang-format off
+  EXPECT_TRUE(contains(render_tables({r}, TableFormat::markdown),
+      "| adam | baseline ms | fused ms | fused speedup | eager ms | eager speedup |\n"
+      "|---|---:|---:|---:|---:|---:|\n"
+      "| base | 2.00 | 1.00 | 2.00× | — | — |\n"
+      "| big | 4.00 | — | — | 8.00 | 0.50× |\n"));
+  // clang-format on
+}
+
 TEST(RenderTables, JoinsPytorchReportsIntoSpeedupColumns) {
   json mine = valid_report();
   mine["checks"] = json::array();
   // clang-format off
   const std::string expected =
       "## layernorm — NVIDIA H100 80GB HBM3 — 3f5c2a9 — 2026-11-22T10:00:00Z\n"
+      "\n"
+      "### Summary\n"
+      "\n"
+      "| layernorm_fwd | eager ms | fused ms | fused speedup | fused GB/s | fused % copy BW | vs torch eager | vs torch.compile | vs torch fused |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+      "| cols=1024, dtype=bf16, rows=4096 | 0.0251 | 0.00620 | 4.05× | 2707 | 91.8 | 5.00× | 2.00× | 8.10× |\n"
+      "\n"
+      "### Details\n"
       "\n"
       "| experiment | params | variant | median ms | p20–p80 ms | GB/s | % copy BW | TFLOP/s | speedup | vs torch eager | vs torch.compile | vs torch fused |\n"
       "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
@@ -86,6 +248,14 @@ TEST(RenderTables, JoinsPytorchReportsIntoSpeedupColumns) {
       "Checks: none.\n"
       "\n"
       "## layernorm (PyTorch 2.11.0) — NVIDIA H100 80GB HBM3 — 3f5c2a9 — 2026-11-22T10:00:00Z\n"
+      "\n"
+      "### Summary\n"
+      "\n"
+      "| layernorm_fwd | torch_eager ms | torch_compile ms | torch_compile speedup | torch_compile GB/s | torch_compile % copy BW | torch_fused ms | torch_fused speedup | torch_fused GB/s | torch_fused % copy BW |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+      "| cols=1024, dtype=bf16, rows=4096 | 0.0310 | 0.0124 | 2.50× | 1353 | 45.9 | 0.0502 | 0.62× | 334 | 11.3 |\n"
+      "\n"
+      "### Details\n"
       "\n"
       "| experiment | params | variant | median ms | p20–p80 ms | GB/s | % copy BW | TFLOP/s | speedup |\n"
       "|---|---|---|---:|---:|---:|---:|---:|---:|\n"
@@ -156,6 +326,18 @@ TEST(RenderTables, MarkdownGolden) {
   const std::string expected =
       "## layernorm — NVIDIA H100 80GB HBM3 — 3f5c2a9 — 2026-11-22T10:00:00Z\n"
       "\n"
+      "### Summary\n"
+      "\n"
+      "| layernorm_fwd | eager ms | fused ms | fused speedup | fused GB/s | fused % copy BW |\n"
+      "|---|---:|---:|---:|---:|---:|\n"
+      "| cols=1024, dtype=bf16, rows=4096 | 0.0251 | 0.00620 | 4.05× | 2707 | 91.8 |\n"
+      "\n"
+      "| gemm | cublas ms | tuned, \"v2\" ms | tuned, \"v2\" speedup | tuned, \"v2\" TFLOP/s |\n"
+      "|---|---:|---:|---:|---:|\n"
+      "| m=8192, note=a \"b\", c\\|d, tf32=false | 1.39 | 1235 | 0.00× | 0.000891 |\n"
+      "\n"
+      "### Details\n"
+      "\n"
       "| experiment | params | variant | median ms | p20–p80 ms | GB/s | % copy BW | TFLOP/s | speedup |\n"
       "|---|---|---|---:|---:|---:|---:|---:|---:|\n"
       "| layernorm_fwd | cols=1024, dtype=bf16, rows=4096 | eager | 0.0251 | 0.0249–0.0254 | 669 | 22.7 | — | 1.00× |\n"
@@ -176,6 +358,14 @@ TEST(RenderTables, MarkdownGolden) {
       "\n"
       "Skipped:\n"
       "- decoding: needs a GPU: no CUDA device\n"
+      "\n"
+      "### Summary\n"
+      "\n"
+      "| softmax_ref | eager ms |\n"
+      "|---|---:|\n"
+      "| — | 3.00 |\n"
+      "\n"
+      "### Details\n"
       "\n"
       "| experiment | params | variant | median ms | p20–p80 ms | GB/s | % copy BW | TFLOP/s | speedup |\n"
       "|---|---|---|---:|---:|---:|---:|---:|---:|\n"
