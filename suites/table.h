@@ -1,10 +1,24 @@
 // Paper-style speedup tables from reports: the one table printer of the project.
 //
 // Markdown gives, per report, a heading (suite, device or "no GPU", short git sha, timestamp),
-// the skipped suites, one table per experiment (a row per variant) and a checks summary that
-// lists the failed checks. CSV gives one RFC 4180 table (CRLF line ends, a single header row)
-// whose rows carry the suite and device, so that several reports become one table; it holds the
-// variant rows only, since a second table in the same file would no longer be one CSV.
+// the skipped suites, then "### Summary": one table per experiment family, then "### Details": one
+// table per experiment (a row per variant), then the memory accounting and a checks summary that
+// lists the failed checks.
+//
+// Summary tables (the paper-style view, LightSeq2 Fig. 16-19): an experiment's family is its name
+// up to the first '/' ("layernorm_fwd", "encoder_bwd", "adam"), up to the second for
+// gemm_epilogue ("gemm_epilogue/bias_gelu"); families in order of first appearance, a row per
+// experiment in report order. Columns: the rest of the name (the params where the name has no
+// rest), the baseline's median ms (headed by the baseline's name when the family's experiments
+// share it, else "baseline"), then for each non-baseline variant of the family, in order of
+// appearance: median ms, speedup over the baseline, and its GB/s, % copy BW and TFLOP/s columns,
+// each only where some row of the family has that rate. A variant an experiment lacks is "—".
+// With PyTorch reports, the "vs torch" columns (below) of each row's best (fastest) non-baseline
+// variant, preceded by a "best" column naming it when the family has several such variants. An
+// experiment the runner left out (a failed run/<suite>/<exp>/<variant> check) is in no table. CSV gives one
+// RFC 4180 table (CRLF line ends, a single header row) whose rows carry the suite and device, so that several
+// reports become one table; it holds the variant rows only, since a second table in the same file would no
+// longer be one CSV.
 //
 // Numbers: times in ms to 3 significant figures, GB/s with no decimals, % of copy bandwidth with
 // one, TFLOP/s to 3 significant figures, speedup with two (and a "×" in Markdown). A null value
