@@ -3,6 +3,7 @@ import gc
 import os
 
 from . import meta as meta_module
+from . import precision
 from .errors import RunnerError
 from .policy import TimerPolicy
 from .report import finalize_speedups, make_variant, new_report, write_json_atomic
@@ -19,7 +20,7 @@ def configure(torch, seed):
     for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(dynamo.config, name):
             setattr(dynamo.config, name, max(getattr(dynamo.config, name), 4096))
-    torch.backends.cuda.matmul.allow_tf32 = False
+    precision.disable_tf32_matmul(torch)  # the new switch on PyTorch >= 2.9, allow_tf32 before
     # The backward experiments time autograd.grad(..., retain_graph=True) of one forward, again and
     # again; AOTAutograd's donated buffers (PyTorch >= 2.5) let the compiled backward reuse saved
     # activations' memory and then refuse retain_graph=True. Off, so the compiled backward can rerun.

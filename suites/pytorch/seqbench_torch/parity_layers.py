@@ -44,7 +44,7 @@ the totals: loss_sum and nll_sum add rows terms each within (V + 16)·2^-24 rela
 """
 import re
 
-from . import parity
+from . import parity, precision
 from .errors import RunnerError, Unmapped
 from .families import layers as layer_families
 
@@ -153,8 +153,7 @@ class _Fp32Math:
 
     def __enter__(self):
         t = self.torch
-        self.tf32 = t.backends.cuda.matmul.allow_tf32
-        t.backends.cuda.matmul.allow_tf32 = False
+        self.tf32 = precision.disable_tf32_matmul(t)
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
             self.sdpa = sdpa_kernel(SDPBackend.MATH)
@@ -165,7 +164,7 @@ class _Fp32Math:
 
     def __exit__(self, *exc):
         self.sdpa.__exit__(*exc)
-        self.torch.backends.cuda.matmul.allow_tf32 = self.tf32
+        precision.restore_tf32_matmul(self.torch, self.tf32)
         return False
 
 
