@@ -39,11 +39,15 @@ def tolerance(dtype, reduction_length):
 
 
 def scaled_errors(torch, ours, theirs):
-    """(max |ours - theirs| / max(1, |theirs|), max |ours - theirs| / |theirs|, max abs error) in float64."""
+    """(max |ours - theirs| / max(1, |theirs|), max |ours - theirs| / |theirs|, max abs error) in float64.
+    The relative error of an exact match is 0, also where theirs is 0: as 0/0 it would be NaN, and
+    torch's max propagates NaN, so one exact zero (a dropped or ReLU'd element, a padding row) would
+    blank the whole max_rel_err; a mismatch at theirs = 0 is infinite (null in the report), as it is.
+    A NaN of ours still comes out NaN."""
     a, b = ours.double(), theirs.double()
     diff = (a - b).abs()
     scaled = (diff / b.abs().clamp_min(1.0)).max().item() if diff.numel() else 0.0
-    rel = (diff / b.abs()).max().item() if diff.numel() else 0.0
+    rel = torch.where(diff == 0, torch.zeros_like(diff), diff / b.abs()).max().item() if diff.numel() else 0.0
     return scaled, rel, (diff.max().item() if diff.numel() else 0.0)
 
 
