@@ -22,8 +22,10 @@ def configure(torch, seed):
             setattr(dynamo.config, name, max(getattr(dynamo.config, name), 4096))
     precision.disable_tf32_matmul(torch)  # the new switch on PyTorch >= 2.9, allow_tf32 before
     # The backward experiments time autograd.grad(..., retain_graph=True) of one forward, again and
-    # again; AOTAutograd's donated buffers (PyTorch >= 2.5) let the compiled backward reuse saved
-    # activations' memory and then refuse retain_graph=True. Off, so the compiled backward can rerun.
+    # again; AOTAutograd's donated buffers (the flag exists from PyTorch 2.5, on by default from 2.6)
+    # let the compiled backward reuse saved activations' memory, and a backward compiled with them
+    # raises on retain_graph=True ("... non-empty donated buffers which requires create_graph=False
+    # and retain_graph=False ..."). Off before anything compiles, so the compiled backward can rerun.
     import torch._functorch.config as functorch_config
 
     if hasattr(functorch_config, "donated_buffer"):
