@@ -35,10 +35,7 @@ struct DecoderData {
 
   DecoderData(const LayerConfig& c, std::size_t rows)
       : block(layers::decoder_layer_parameter_shapes(c), kParamSeed) {
-    std::size_t i = 0;
-    layers::for_each_decoder_tensor(weights, [&](const char*, const void*& p) { p = block.param(i++); });
-    i = 0;
-    layers::for_each_decoder_tensor(grad_views, [&](const char*, void*& p) { p = block.grad(i++); });
+    block.bind(weights, grad_views, kDecoderTensors);
     const std::size_t H = static_cast<std::size_t>(c.hidden);
     x = DeviceBuffer<T>(rows * H);
     dy = DeviceBuffer<T>(rows * H);

@@ -218,10 +218,7 @@ void run_encoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   ParameterBlock<T> block(shapes, kParamSeed);
   layers::EncoderLayerWeights w;
   layers::EncoderLayerGrads g;
-  std::size_t i = 0;
-  layers::for_each_encoder_tensor(w, [&](const char*, const void*& p) { p = block.param(i++); });
-  i = 0;
-  layers::for_each_encoder_tensor(g, [&](const char*, void*& p) { p = block.grad(i++); });
+  block.bind(w, g, kEncoderTensors);
   const std::size_t n = static_cast<std::size_t>(s.batch * s.seq_len) * static_cast<std::size_t>(c.hidden);
   DeviceBuffer<T> x(n), y(n), dy(n), dx(n);
   operators::check_util::fill(x, kInputSeed, -1.0f, 1.0f);
@@ -251,10 +248,7 @@ void run_decoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   ParameterBlock<T> block(shapes, kParamSeed);
   layers::DecoderLayerWeights w;
   layers::DecoderLayerGrads g;
-  std::size_t i = 0;
-  layers::for_each_decoder_tensor(w, [&](const char*, const void*& p) { p = block.param(i++); });
-  i = 0;
-  layers::for_each_decoder_tensor(g, [&](const char*, void*& p) { p = block.grad(i++); });
+  block.bind(w, g, kDecoderTensors);
   const auto b = static_cast<std::size_t>(s.batch), l = static_cast<std::size_t>(s.seq_len);
   const std::size_t n = b * l * static_cast<std::size_t>(c.hidden);  // S = L: encoder_out has n too
   DeviceBuffer<T> x(n), enc(n), y(n), dy(n), dx(n), denc(n);

@@ -33,10 +33,7 @@ struct LayerData {
 
   LayerData(const LayerConfig& c, std::size_t rows)
       : block(layers::encoder_layer_parameter_shapes(c), kParamSeed) {
-    std::size_t i = 0;
-    layers::for_each_encoder_tensor(weights, [&](const char*, const void*& p) { p = block.param(i++); });
-    i = 0;
-    layers::for_each_encoder_tensor(grad_views, [&](const char*, void*& p) { p = block.grad(i++); });
+    block.bind(weights, grad_views, kEncoderTensors);
     const std::size_t n = rows * static_cast<std::size_t>(c.hidden);
     x = DeviceBuffer<T>(n);
     dy = DeviceBuffer<T>(n);

@@ -15,6 +15,8 @@
 
 #include "core/cuda_check.h"
 #include "core/device_buffer.h"
+#include "layers/decoder_layer.h"
+#include "layers/encoder_layer.h"
 #include "layers/layer_run.h"
 #include "suites/operators/check_util.h"
 
@@ -46,6 +48,25 @@ struct ParameterBlock {
 
   T* param(std::size_t i) { return params.data() + offsets.at(i); }
   T* grad(std::size_t i) { return grads.data() + offsets.at(i); }
+
+  // Points a layer's weight and gradient views at this block, tensor i at offsets[i]: for_each is
+  // the layer's visitor (for_each_encoder_tensor, ...), called as for_each(views, fn), which visits
+  // the tensors in the order of the parameter shapes the block was built from.
+  template <class Weights, class Grads, class ForEach>
+  void bind(Weights& weights, Grads& grad_views, ForEach&& for_each) {
+    std::size_t i = 0;
+    for_each(weights, [&](const char*, const void*& p) { p = param(i++); });
+    i = 0;
+    for_each(grad_views, [&](const char*, void*& p) { p = grad(i++); });
+  }
+};
+
+// The visitors bind() takes, as callables (the layers' for_each_* are function templates).
+inline constexpr auto kEncoderTensors = [](auto& views, auto&& fn) {
+  layers::for_each_encoder_tensor(views, fn);
+};
+inline constexpr auto kDecoderTensors = [](auto& views, auto&& fn) {
+  layers::for_each_decoder_tensor(views, fn);
 };
 
 }  // namespace seqbench::layer_experiments
