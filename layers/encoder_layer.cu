@@ -6,23 +6,16 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/nvtx.h"
-#include "layers/attention_sublayer.h"
 #include "layers/encoder_layer.h"
-#include "layers/ffn_sublayer.h"
+#include "layers/encoder_pass.h"
 
 namespace seqbench::layers {
 
 namespace {
 
-// The layer's own tensors (the sub-layers keep theirs in their ids).
-struct EncoderIds {
-  TensorId x = kNoTensor, y = kNoTensor, dy = kNoTensor, dx = kNoTensor;
-  TensorId attn_out = kNoTensor, d_attn_out = kNoTensor;
-  AttentionIds attn;
-  FfnIds ffn;
-};
-
+// The layer's externals (its input, output and their gradients) and its passes.
 struct Recorded {
+  TensorId x = kNoTensor, y = kNoTensor, dy = kNoTensor, dx = kNoTensor;
   EncoderIds ids;
   int forward_steps = 0;
 };
@@ -30,21 +23,16 @@ struct Recorded {
 // The dry run. Every op here is one step; forward() and backward() execute exactly these ops in
 // this order (each announces its name, checked against the dry run's at that step).
 Recorded record_encoder_layer(PlanBuilder& plan, const EncoderLayerOptions& o) {
-  EncoderIds id;
-  const std::size_t TH = plan.tokens() * plan.hidden();
-  id.x = plan.external("x");
-  id.y = plan.external("y");
-  id.dy = plan.external("dy");
-  id.dx = plan.external("dx");
+  Recorded r;
+  r.x = plan.external("x");
+  r.y = plan.external("y");
+  r.dy = plan.external("dy");
+  r.dx = plan.external("dx");
   if (o.gemm == nullptr) plan.plan_gemm_workspace(o.gemm_workspace_bytes);
-  id.attn_out = plan.act("attn_out", TH);
-  id.attn = record_attention_forward(plan, AttentionKind::self, "attn.", id.x, kNoTensor, id.attn_out);
-  id.ffn = record_ffn_forward(plan, "ffn.", id.attn_out, id.y);
-  const int forward_steps = plan.steps();
-  id.d_attn_out = plan.act("d_attn_out", TH);
-  record_ffn_backward(plan, id.ffn, id.dy, id.d_attn_out);
-  record_attention_backward(plan, id.attn, id.d_attn_out, id.dx, kNoTensor);
-  return {id, forward_steps};
+  r.ids = record_encoder_forward(plan, r.x, r.y);
+  r.forward_steps = plan.steps();
+  record_encoder_backward(plan, r.ids, r.dy, r.dx);
+  return r;
 }
 
 }  // namespace
@@ -76,16 +64,12 @@ std::vector<TensorLifetime> encoder_layer_lifetimes(const LayerConfig& config,
 
 struct EncoderLayer::Impl {
   EncoderIds ids;
-  AttentionTensors<const void*> attn_w;
-  AttentionTensors<void*> attn_g;
-  FfnTensors<const void*> ffn_w;
-  FfnTensors<void*> ffn_g;
+  EncoderParams params;
   std::unique_ptr<PlannedLayer> planned;
   // The last forward, which backward() differentiates.
   bool have_forward = false;
-  std::size_t batch = 0, len = 0;
+  EncoderPassShape shape;
   const void* x = nullptr;
-  std::uint64_t seed = 0, base_offset = 0;
 
   // Runs the layer's forward (backward = false) or backward for dtype T.
   template <class T>
@@ -93,30 +77,12 @@ struct EncoderLayer::Impl {
            const void* in, const void* x_in, const std::int32_t* key_lengths, cudaStream_t stream) {
     const int first = backward ? planned->forward_steps() : 0;
     LayerRun<T> r("EncoderLayer", prefix, planned->memory(), planned->ops(), first, planned->gemm(), stream);
-    const std::int64_t B = static_cast<std::int64_t>(batch), L = static_cast<std::int64_t>(len);
-    const float p_attn = static_cast<float>(c.attn_dropout);
-    const float p_hidden = static_cast<float>(c.hidden_dropout);
-    const float p_act = static_cast<float>(c.activation_dropout);
-    // Dropout streams: base+0 probabilities, base+1 attention output, base+2 FFN activation,
-    // base+3 FFN output (ref::encoder_layer_dropout_masks' order).
-    const AttentionSublayer<T> attn{
-        c,      ids.attn,  attn_w,
-        attn_g, {B, L, L}, {{p_attn, seed, base_offset + 0}, {p_hidden, seed, base_offset + 1}}};
-    const FfnSublayer<T> ffn{
-        c, ids.ffn, ffn_w, ffn_g, B * L, {{p_act, seed, base_offset + 2}, {p_hidden, seed, base_offset + 3}}};
-    const std::int64_t TH = B * L * c.hidden;
     if (!backward) {
-      T* attn_out = r.between(ids.attn_out, TH);
-      kernels::SoftmaxMask mask;
-      mask.causal = causal;
-      mask.key_lengths = key_lengths;
-      attn.forward(r, attn_out, static_cast<const T*>(in), nullptr, mask);
-      ffn.forward(r, static_cast<T*>(out), attn_out);
+      run_encoder_forward<T>(r, c, ids, params, shape, causal, key_lengths, static_cast<T*>(out),
+                             static_cast<const T*>(in));
     } else {
-      const T* x_t = static_cast<const T*>(x_in);
-      T* d_attn_out = r.between(ids.d_attn_out, TH);
-      ffn.backward(r, d_attn_out, static_cast<const T*>(in), r.between(ids.attn_out, TH));
-      attn.backward(r, static_cast<T*>(out), nullptr, d_attn_out, x_t, nullptr);
+      run_encoder_backward<T>(r, c, ids, params, shape, static_cast<T*>(out), static_cast<const T*>(in),
+                              static_cast<const T*>(x_in));
     }
     planned->require_ran(backward ? "backward" : "forward", first, r.step());
   }
@@ -136,10 +102,7 @@ EncoderLayer::EncoderLayer(const LayerConfig& config, const EncoderLayerWeights&
   const Recorded r = record_encoder_layer(plan, options_);
   impl_ = std::make_unique<Impl>();
   impl_->ids = r.ids;
-  impl_->attn_w = encoder_attention_tensors_of(weights_);
-  impl_->attn_g = encoder_attention_tensors_of(grads_);
-  impl_->ffn_w = ffn_tensors_of(weights_);
-  impl_->ffn_g = ffn_tensors_of(grads_);
+  impl_->params = encoder_params_of(weights_, grads_);
   impl_->planned = std::make_unique<PlannedLayer>("EncoderLayer", plan, r.forward_steps, allocator,
                                                   options_.gemm, options_.gemm_workspace_bytes);
 }
@@ -173,10 +136,8 @@ void EncoderLayer::forward(void* y, const void* x, std::size_t batch_size, std::
                                                          << kEncoderLayerDropoutOffsets
                                                          << " dropout streams");
   impl_->have_forward = false;
-  impl_->batch = batch_size;
-  impl_->len = seq_len;
-  impl_->seed = seed;
-  impl_->base_offset = base_offset;
+  impl_->shape = {static_cast<std::int64_t>(batch_size), static_cast<std::int64_t>(seq_len), seed,
+                  base_offset};
   dispatch_dtype(config_.dtype, [&](auto tag) {
     impl_->run<decltype(tag)>(config_, options_.prefix, options_.causal, false, y, x, x, key_lengths, stream);
   });
@@ -193,8 +154,8 @@ void EncoderLayer::backward(void* dx, const void* dy, const void* x, cudaStream_
   SEQBENCH_REQUIRE(dy != nullptr, "EncoderLayer::backward: dy is null");
   SEQBENCH_REQUIRE(x == impl_->x, "EncoderLayer::backward: x is not the last forward's input (got "
                                       << x << ", the forward ran on " << impl_->x << ")");
-  const std::size_t bytes =
-      impl_->batch * impl_->len * static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
+  const std::size_t bytes = static_cast<std::size_t>(impl_->shape.batch * impl_->shape.len) *
+                            static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
   impl_->planned->require_outside_block("backward", "dx", dx, bytes);
   impl_->planned->require_outside_block("backward", "dy", dy, bytes);
   dispatch_dtype(config_.dtype, [&](auto tag) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -61,6 +62,8 @@ class PlanBuilder {
 
   const LayerConfig& config() const { return config_; }
   const std::string& prefix() const { return prefix_; }
+  // A stack records its layers one after another into one builder, each under its own prefix.
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
   LifetimeRecorder& recorder() { return rec_; }
 
   TensorId external(const std::string& name) { return rec_.external(name); }

@@ -18,6 +18,7 @@
 #include "layers/device_allocator.h"
 #include "layers/embedding_layer.h"
 #include "layers/encoder_layer.h"
+#include "layers/encoder_stack.h"
 #include "layers/ffn_sublayer.h"
 #include "layers/gemm.h"
 #include "layers/gemm_shapes.h"

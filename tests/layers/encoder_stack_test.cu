@@ -1,0 +1,171 @@
+// EncoderStack on the GPU: a stack of n encoder layers with one planned block gives bitwise the
+// results of n EncoderLayers chained by hand (each with its own block; layer i's dropout streams at
+// base + 4·i; the backward in reverse, each layer's dx the previous one's dy). The two run the
+// same kernels on the same shapes with the same GEMM plans (one shared Gemm), so any difference
+// is a planning or wiring fault of the stack: a hidden state read from the wrong slot, a
+// temporary overwritten while live, a layer run with the wrong parameters or dropout stream.
+// EncoderLayer itself is checked against the CPU reference in encoder_layer_test.cu.
+// Also: steady-state steps allocate nothing, and a repeated step is bitwise equal.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/device_buffer.h"
+#include "core/dtype.h"
+#include "layers/device_allocator.h"
+#include "layers/encoder_layer.h"
+#include "layers/encoder_stack.h"
+#include "layers/gemm.h"
+#include "suites/operators/check_util.h"
+#include "tests/common/gpu_test.h"
+#include "tests/layers/layer_cases.h"
+#include "tests/layers/layer_params.h"
+
+namespace seqbench::layers {
+namespace {
+
+using namespace layer_test;
+using operators::check_util::random_values;
+using operators::check_util::same_bits;
+
+struct Case {
+  int layers, batch, len, hidden, heads, ffn;
+  bool pre;
+  Activation activation;
+  bool dropout, causal;
+  std::vector<int> lengths;  // empty: no padding mask
+};
+
+std::string describe(const Case& c, DType dtype) {
+  std::ostringstream os;
+  os << dtype_name(dtype) << " layers=" << c.layers << " B=" << c.batch << " L=" << c.len << " H=" << c.hidden
+     << " heads=" << c.heads << " ffn=" << c.ffn << (c.pre ? " pre-LN" : " post-LN") << " "
+     << activation_name(c.activation) << (c.dropout ? " dropout" : "") << (c.causal ? " causal" : "")
+     << " lengths=[" << joined(c.lengths) << "]";
+  return os.str();
+}
+
+// One layer's packed parameters (drawn U(-0.3, 0.3)) and a gradient buffer (poisoned).
+template <class T>
+struct LayerParams {
+  std::vector<std::size_t> offsets;
+  DeviceBuffer<T> params, grads;
+  EncoderLayerWeights weights;
+  EncoderLayerGrads grad_views;
+  LayerParams(const std::vector<ParameterShape>& shapes, std::uint64_t seed) {
+    std::size_t total = 0;
+    offsets = packed_offsets(shapes, total);
+    params = DeviceBuffer<T>(random_values<T>(total, seed, -0.3f, 0.3f));
+    grads = DeviceBuffer<T>(total);
+    grads.fill_bytes(0xFF);
+    point_views(weights, grad_views, params.data(), grads.data(), offsets);
+  }
+};
+
+template <class T>
+void run_case(const Case& cs, std::uint64_t seed) {
+  const DType dtype = DTypeTraits<T>::dtype;
+  SCOPED_TRACE(describe(cs, dtype));
+  const std::size_t B = static_cast<std::size_t>(cs.batch), L = static_cast<std::size_t>(cs.len);
+  const std::size_t n = static_cast<std::size_t>(cs.layers);
+  const std::size_t TH = B * L * static_cast<std::size_t>(cs.hidden);
+  const LayerConfig config = case_config(cs.batch * cs.len + 3, cs.len + 1, cs.hidden, cs.heads, cs.ffn,
+                                         cs.pre, cs.activation, cs.dropout, dtype);
+  const std::vector<ParameterShape> shapes = encoder_layer_parameter_shapes(config);
+  // Two copies of every layer's parameters (the same draws): one for the chained layers, one for
+  // the stack, so that each writes its own gradients.
+  std::vector<std::unique_ptr<LayerParams<T>>> chained_params, stack_params;
+  std::vector<EncoderLayerWeights> weights;
+  std::vector<EncoderLayerGrads> grads;
+  for (std::size_t i = 0; i < n; ++i) {
+    chained_params.push_back(std::make_unique<LayerParams<T>>(shapes, seed + 100 * i));
+    stack_params.push_back(std::make_unique<LayerParams<T>>(shapes, seed + 100 * i));
+    weights.push_back(stack_params.back()->weights);
+    grads.push_back(stack_params.back()->grad_views);
+  }
+  DeviceBuffer<T> x(random_values<T>(TH, seed + 1, -1.0f, 1.0f)),
+      dy(random_values<T>(TH, seed + 2, -1.0f, 1.0f));
+  std::vector<std::int32_t> lengths(cs.lengths.begin(), cs.lengths.end());
+  DeviceBuffer<std::int32_t> d_lengths(lengths);
+  const std::int32_t* key_lengths = lengths.empty() ? nullptr : d_lengths.data();
+  const std::uint64_t dropout_seed = seed ^ 0x5eedull, base = 8;
+  DeviceBuffer<char> workspace(kGemmWorkspaceBytes);
+  Gemm gemm(workspace.data(), workspace.size());
+  CudaAllocator cuda;
+  Stream stream;
+
+  // The chained layers: hidden states h_1 .. h_{n-1} and their gradients in separate buffers.
+  std::vector<DeviceBuffer<T>> h, dh;
+  for (std::size_t i = 0; i <= n; ++i) {
+    h.emplace_back(TH);
+    dh.emplace_back(TH);
+    h.back().fill_bytes(0xFF);
+    dh.back().fill_bytes(0xFF);
+  }
+  {
+    CountingAllocator counter(cuda);
+    std::vector<std::unique_ptr<EncoderLayer>> chain;
+    for (std::size_t i = 0; i < n; ++i) {
+      EncoderLayerOptions o;
+      o.causal = cs.causal;
+      o.prefix = "enc" + std::to_string(i) + ".";
+      o.gemm = &gemm;
+      chain.push_back(std::make_unique<EncoderLayer>(config, chained_params[i]->weights,
+                                                     chained_params[i]->grad_views, counter, o));
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      chain[i]->forward(h[i + 1].data(), i == 0 ? x.data() : h[i].data(), B, L, key_lengths, dropout_seed,
+                        base + kEncoderLayerDropoutOffsets * i, stream.get());
+    for (std::size_t i = n; i-- > 0;)
+      chain[i]->backward(dh[i].data(), i + 1 == n ? dy.data() : dh[i + 1].data(),
+                         i == 0 ? x.data() : h[i].data(), stream.get());
+    stream.synchronize();
+  }
+
+  CountingAllocator counter(cuda);
+  EncoderStackOptions o;
+  o.causal = cs.causal;
+  o.gemm = &gemm;
+  EncoderStack stack(config, weights, grads, counter, o);
+  EXPECT_EQ(counter.stats().allocations, 1u);
+  DeviceBuffer<T> y(TH), dx(TH);
+  const auto step = [&] {
+    y.fill_bytes(0xFF);
+    dx.fill_bytes(0xFF);
+    stack.forward(y.data(), x.data(), B, L, key_lengths, dropout_seed, base, stream.get());
+    stack.backward(dx.data(), dy.data(), x.data(), stream.get());
+    stream.synchronize();
+  };
+  step();
+  EXPECT_TRUE(same_bits(y.copy_to_host(), h[n].copy_to_host())) << "y";
+  EXPECT_TRUE(same_bits(dx.copy_to_host(), dh[0].copy_to_host())) << "dx";
+  for (std::size_t i = 0; i < n; ++i)
+    EXPECT_TRUE(same_bits(stack_params[i]->grads.copy_to_host(), chained_params[i]->grads.copy_to_host()))
+        << "layer " << i << "'s parameter gradients";
+  // A second step: nothing allocated, the same bits.
+  step();
+  EXPECT_EQ(counter.stats().allocations, 1u);
+  EXPECT_TRUE(same_bits(y.copy_to_host(), h[n].copy_to_host())) << "y, second step";
+  EXPECT_TRUE(same_bits(dx.copy_to_host(), dh[0].copy_to_host())) << "dx, second step";
+}
+
+TEST(EncoderStackGpu, EqualsChainedLayersBitwise) {
+  SEQBENCH_REQUIRE_GPU();
+  using A = Activation;
+  const std::vector<Case> cases = {
+      {3, 2, 5, 12, 3, 37, true, A::relu, true, false, {5, 3}},
+      {2, 3, 7, 20, 4, 33, false, A::gelu, true, false, {7, 0, 4}},
+      {4, 2, 9, 16, 2, 31, true, A::gelu_tanh, true, true, {}},
+      {1, 2, 6, 24, 6, 50, false, A::relu, false, false, {6, 2}},
+  };
+  for_each_dtype_and_case(
+      cases, 31337, [](const Case& c, std::uint64_t seed, auto tag) { run_case<decltype(tag)>(c, seed); });
+}
+
+}  // namespace
+}  // namespace seqbench::layers
