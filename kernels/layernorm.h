@@ -88,7 +88,8 @@ LayerNormPlan layernorm_plan(DType dtype, int hidden, bool vectorizable, bool ba
 // y[r,c]  = (x[r,c] - mean_r) * rstd_r * gamma[c] + beta[c]
 // mean_r  = (1/H) Σ_c x[r,c];  rstd_r = 1 / sqrt(var_r + eps), var_r = (1/H) Σ_c (x[r,c] - mean_r)²
 // mean and rstd (fp32, [rows]) are what the backward needs; either may be null (inference).
-// y may alias x (in-place): each element is read before any element of its row is written.
+// y must not overlap x (not even y == x): the launcher rejects it, and the kernels read x through
+// __restrict__ pointers.
 // Minimal traffic: x read + y written (rows*hidden*sizeof(T) each) + gamma, beta + 8*rows bytes.
 template <class T>
 void launch_layernorm_forward(T* y, float* mean, float* rstd, const T* x, const T* gamma, const T* beta,
