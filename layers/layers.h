@@ -10,6 +10,7 @@
 #include "layers/attention_sublayer.h"
 #include "layers/baseline_decoder_layer.h"
 #include "layers/baseline_encoder_layer.h"
+#include "layers/baseline_encoder_stack.h"
 #include "layers/caching_allocator.h"
 #include "layers/config.h"
 #include "layers/criterion_layer.h"

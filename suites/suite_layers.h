@@ -27,7 +27,9 @@
 //
 // Checks (GPU): layers/memory/<dtype>/... (the encoder layer) and layers/memory/decoder/<dtype>/...
 // (the decoder layer: BaselineDecoderLayer against DecoderLayer, encoder_out of S = L rows, as long
-// as each step's target) for f16 and bf16: a loop of kMemorySteps (quick: kMemoryStepsQuick)
+// as each step's target) and layers/memory/encoder_stack/<dtype>/... (transformer-big's six encoder
+// layers: BaselineEncoderStack, eager layers chained through one caching allocator, against
+// EncoderStack, one planned block for the stack) for f16 and bf16: a loop of kMemorySteps (quick: kMemoryStepsQuick)
 // forward + backward steps (the baseline's backward consumes its graph, as in training) with the
 // shapes memory_loop_shapes(seed, ...), both layers on their own counting allocators; "peak_ratio"
 // passes when the managed layer's peak device bytes are at most kMemoryRatioTarget times the

@@ -33,6 +33,11 @@ void add_gemm_epilogue_experiments(SuiteSpec& suite, const SuiteOptions& options
 // (encoder.cu) and over the decoder layer (decoder.cu); the loop itself is layer_timing.h's.
 std::vector<CheckResult> encoder_memory_checks(bool quick, std::uint64_t seed);
 std::vector<CheckResult> decoder_memory_checks(bool quick, std::uint64_t seed);
+// ... and over transformer-big's encoder as a stack of kEncoderStackLayers (encoder_stack.cu):
+// EncoderStack (one block) against BaselineEncoderStack (eager layers chained through a caching
+// allocator).
+inline constexpr int kEncoderStackLayers = 6;
+std::vector<CheckResult> encoder_stack_memory_checks(bool quick, std::uint64_t seed);
 
 // What the memory loop measured of one layer (layer_timing.h run_memory_loop).
 struct LoopStats {
@@ -43,7 +48,8 @@ struct LoopStats {
   std::uint64_t late_allocations = 0;   // ... during its second half
 };
 
-// The layers whose memory loop the suite checks, in check order: "encoder", "decoder".
+// The layers whose memory loop the suite checks, in check order: "encoder", "decoder",
+// "encoder_stack".
 std::vector<std::string> memory_loop_layers();
 
 // The memory checks' name prefix: "layers/memory/<dtype>/" for the encoder (its names from before

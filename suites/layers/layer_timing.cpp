@@ -63,7 +63,7 @@ void add_gemm_layer_params(nlohmann::json& params, const layers::LayerConfig& c,
 }
 
 std::vector<std::string> memory_loop_layers() {
-  return {"encoder", "decoder"};
+  return {"encoder", "decoder", "encoder_stack"};
 }
 
 std::string memory_check_prefix(const std::string& layer, DType dtype) {
@@ -100,7 +100,9 @@ std::vector<CheckResult> memory_loop_checks(const std::string& layer, DType dtyp
     shape_list << (i ? " " : "") << shapes[i].first << "x" << shapes[i].second;
   const std::string prefix = memory_check_prefix(layer, dtype);
   std::ostringstream common;
-  common << "transformer-big " << layer << " layer"
+  common << "transformer-big "
+         << (layer == "encoder_stack" ? "encoder stack of " + std::to_string(kEncoderStackLayers) + " layers"
+                                      : layer + " layer")
          << (layer == "decoder" ? " (encoder_out of the step's target length)" : "") << ", " << shapes.size()
          << " fwd+bwd steps (seed " << seed << ", batch x length: " << shape_list.str()
          << "), max_batch_tokens " << tokens << ", max_seq_len " << max_len << "; managed: peak "

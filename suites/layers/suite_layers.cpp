@@ -97,7 +97,8 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;
     for (auto&& some : {layer_experiments::encoder_memory_checks(quick, seed),
-                        layer_experiments::decoder_memory_checks(quick, seed)})
+                        layer_experiments::decoder_memory_checks(quick, seed),
+                        layer_experiments::encoder_stack_memory_checks(quick, seed)})
       all.insert(all.end(), some.begin(), some.end());
     return all;
   };

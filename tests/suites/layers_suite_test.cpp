@@ -186,18 +186,27 @@ TEST(LayersSuite, MemoryLoopShapesAreDeterministicAndInRange) {
 }
 
 // Fig. 20's check names (computable without a GPU): the encoder's as before the decoder's were
-// added, the decoder's under layers/memory/decoder/, both dtypes, both checks, all distinct.
-TEST(LayersSuite, MemoryCheckNamesForBothLayers) {
+// added, the decoder's under layers/memory/decoder/, the encoder stack's under
+// layers/memory/encoder_stack/, both dtypes, both checks, all distinct.
+TEST(LayersSuite, MemoryCheckNamesForEveryLoop) {
   using layer_experiments::memory_check_names;
   using layer_experiments::memory_check_prefix;
-  EXPECT_EQ(layer_experiments::memory_loop_layers(), (std::vector<std::string>{"encoder", "decoder"}));
+  EXPECT_EQ(layer_experiments::memory_loop_layers(),
+            (std::vector<std::string>{"encoder", "decoder", "encoder_stack"}));
   EXPECT_EQ(memory_check_prefix("encoder", DType::f16), "layers/memory/f16/");
   EXPECT_EQ(memory_check_prefix("decoder", DType::bf16), "layers/memory/decoder/bf16/");
-  const std::vector<std::string> want = {
-      "layers/memory/f16/peak_ratio",          "layers/memory/f16/steady_state_allocations",
-      "layers/memory/bf16/peak_ratio",         "layers/memory/bf16/steady_state_allocations",
-      "layers/memory/decoder/f16/peak_ratio",  "layers/memory/decoder/f16/steady_state_allocations",
-      "layers/memory/decoder/bf16/peak_ratio", "layers/memory/decoder/bf16/steady_state_allocations"};
+  const std::vector<std::string> want = {"layers/memory/f16/peak_ratio",
+                                         "layers/memory/f16/steady_state_allocations",
+                                         "layers/memory/bf16/peak_ratio",
+                                         "layers/memory/bf16/steady_state_allocations",
+                                         "layers/memory/decoder/f16/peak_ratio",
+                                         "layers/memory/decoder/f16/steady_state_allocations",
+                                         "layers/memory/decoder/bf16/peak_ratio",
+                                         "layers/memory/decoder/bf16/steady_state_allocations",
+                                         "layers/memory/encoder_stack/f16/peak_ratio",
+                                         "layers/memory/encoder_stack/f16/steady_state_allocations",
+                                         "layers/memory/encoder_stack/bf16/peak_ratio",
+                                         "layers/memory/encoder_stack/bf16/steady_state_allocations"};
   EXPECT_EQ(memory_check_names(), want);
   EXPECT_EQ(std::set<std::string>(want.begin(), want.end()).size(), want.size());
 }
