@@ -209,6 +209,10 @@ void launch_bias_act_dropout_bwd(T* dx, T* dbias, const T* dy, const T* x, const
     require_disjoint(dbias, bias_bytes, x, matrix_bytes<T>(rows, cols), op, "dbias", "x");
     require_disjoint(dbias, bias_bytes, bias, bias_bytes, op, "dbias", "bias");
     require_disjoint(dbias, bias_bytes, workspace, need, op, "dbias", "workspace");
+    // The partials are written while other blocks still read dy, x and bias.
+    require_disjoint(workspace, need, dy, matrix_bytes<T>(rows, cols), op, "workspace", "dy");
+    require_disjoint(workspace, need, x, matrix_bytes<T>(rows, cols), op, "workspace", "x");
+    require_disjoint(workspace, need, bias, bias_bytes, op, "workspace", "bias");
     RowTileArgs<T> args = make_args<T>(rows, cols);
     args.out = dx;
     args.in0 = dy;
@@ -292,6 +296,7 @@ void launch_column_sum(T* sum, const T* x, std::int64_t rows, std::int64_t cols,
     const std::size_t sum_bytes = static_cast<std::size_t>(cols) * sizeof(T);
     require_disjoint(sum, sum_bytes, x, matrix_bytes<T>(rows, cols), op, "sum", "x");
     require_disjoint(sum, sum_bytes, workspace, need, op, "sum", "workspace");
+    require_disjoint(workspace, need, x, matrix_bytes<T>(rows, cols), op, "workspace", "x");
     RowTileArgs<T> args = make_args<T>(rows, cols);
     args.in0 = x;
     args.partials = static_cast<float*>(workspace);

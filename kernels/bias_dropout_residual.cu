@@ -89,6 +89,8 @@ void launch_bias_dropout_residual_bwd(T* dx, T* dbias, const T* dy, std::int64_t
     require_disjoint(dbias, bias_bytes, dx, bytes, op, "dbias", "dx");
     require_disjoint(dbias, bias_bytes, dy, bytes, op, "dbias", "dy");
     require_disjoint(dbias, bias_bytes, workspace, need, op, "dbias", "workspace");
+    // The partials are written while other blocks still read dy.
+    require_disjoint(workspace, need, dy, bytes, op, "workspace", "dy");
     RowTileArgs<T> args;
     args.out = dx;
     args.in0 = dy;

@@ -364,6 +364,8 @@ void launch_qkv_bias_split_bwd(T* d_projected, T* dbias, const T* d_heads, const
     require_disjoint(dbias, bias_bytes, d_projected, pbytes, op, "dbias", "d_projected");
     require_disjoint(dbias, bias_bytes, d_heads, bytes, op, "dbias", "d_heads");
     require_disjoint(dbias, bias_bytes, workspace, need, op, "dbias", "workspace");
+    // The partials are written while other blocks still read d_heads.
+    require_disjoint(workspace, need, d_heads, bytes, op, "workspace", "d_heads");
     HeadsArgs<T> a = make_heads_args<T>(shape);
     a.out = d_projected;
     a.in = d_heads;

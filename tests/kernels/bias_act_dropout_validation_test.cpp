@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "kernels/bias_act_dropout.h"
@@ -250,6 +251,18 @@ TEST(BiasActDropoutLaunchers, RejectOverlaps) {
                                            far + 4, ws, nullptr);
       },
       "output dbias overlaps input workspace");
+  // The workspace (written by the first kernel) must not share a byte with any input.
+  for (const auto& [at, name] :
+       {std::pair<float*, const char*>{far + 96, "dy"}, {far + 196, "x"}, {far + 302, "bias"}}) {
+    expect_error(
+        [&] {
+          launch_bias_act_dropout_bwd<float>(base, far, far + 100, far + 200, far + 300, rows, cols, a, ok,
+                                             at, ws, nullptr);
+        },
+        std::string("bias_act_dropout_bwd: output workspace overlaps input ") + name);
+  }
+  expect_error([&] { launch_column_sum<float>(far, base, rows, cols, base + 16, ws, nullptr); },
+               "column_sum: output workspace overlaps input x");
 }
 
 }  // namespace

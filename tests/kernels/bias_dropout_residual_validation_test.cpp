@@ -133,6 +133,11 @@ TEST(BiasDropoutResidualLaunchers, RejectSmallWorkspaceAndOverlaps) {
         launch_bias_dropout_residual_bwd<float>(base, far, far + 100, 4, 8, ok, far + 2, 4096, nullptr);
       },
       "output dbias overlaps input workspace");
+  expect_error(
+      [&] {
+        launch_bias_dropout_residual_bwd<float>(base, far, far + 100, 4, 8, ok, far + 120, 4096, nullptr);
+      },
+      "bias_dropout_residual_bwd: output workspace overlaps input dy");
   expect_error([&] { launch_residual_add<float>(base, far, base, 4, 8, nullptr); },
                "output y overlaps input residual");
 }

@@ -298,6 +298,8 @@ TEST(QkvReshapeLaunchers, RejectOverlaps) {
       "output dbias overlaps input d_heads");
   expect_error([&] { launch_qkv_bias_split_bwd<float>(base, far + 4, far + 1000, s, far, ws, nullptr); },
                "output dbias overlaps input workspace");
+  expect_error([&] { launch_qkv_bias_split_bwd<float>(base, far, far + 1000, s, far + 1100, ws, nullptr); },
+               "qkv_bias_split_bwd: output workspace overlaps input d_heads");
   expect_error([&] { launch_merge_heads<float>(base + 1, base, s, nullptr); },
                "merge_heads: output projected overlaps input heads_in");
   expect_error([&] { launch_split_heads<float>(base, base, s, nullptr); },
