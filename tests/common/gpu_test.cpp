@@ -1,5 +1,8 @@
 #include "tests/common/gpu_test.h"
 
+#include <cstdlib>
+#include <string_view>
+
 namespace seqbench::testing {
 
 const std::string& gpu_absence_reason() {
@@ -8,6 +11,11 @@ const std::string& gpu_absence_reason() {
     return probe.info ? std::string() : probe.reason;
   }();
   return reason;
+}
+
+bool gpu_expected() {
+  const char* value = std::getenv("SEQBENCH_EXPECT_GPU");
+  return value != nullptr && std::string_view(value) != "" && std::string_view(value) != "0";
 }
 
 }  // namespace seqbench::testing
