@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 #include "core/cuda_check.h"
 
@@ -29,11 +30,30 @@ inline int grid_stride_blocks(std::size_t items, int threads, int blocks_per_sm,
 }
 
 // A grid of exactly one resident wave of `kernel` (at most `items` / threads blocks, at least 1):
-// a grid-stride loop then has no second, partial wave.
+// a grid-stride loop then has no second, partial wave. The occupancy query is a host call of a few
+// microseconds; the per-tensor baseline launches per tensor, and paying it at every launch would
+// make that baseline slower than the eager code it stands for (the GPU waits on the host between
+// small kernels). So each (device, kernel, block size) is asked once per thread and remembered: an
+// occupancy depends on nothing else that can change while a program runs.
 template <class Kernel>
 int resident_grid_blocks(Kernel kernel, std::size_t items, int threads) {
-  int per_sm = 0;
-  SEQBENCH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  struct Known {
+    int device;
+    const void* kernel;
+    int threads;
+    int per_sm;
+  };
+  thread_local std::vector<Known> known;
+  int device = 0;
+  SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
+  const void* key = reinterpret_cast<const void*>(kernel);
+  int per_sm = -1;
+  for (const Known& k : known)
+    if (k.device == device && k.kernel == key && k.threads == threads) per_sm = k.per_sm;
+  if (per_sm < 0) {
+    SEQBENCH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+    known.push_back({device, key, threads, per_sm});
+  }
   return grid_stride_blocks(items, threads, std::max(per_sm, 1));
 }
 
