@@ -16,6 +16,18 @@
 #   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, dump, torch); a lease's
 #                                           call is limited to 10 minutes, so a full pass may take
 #                                           several calls: build/gpu stays while the machine is warm.
+#   TARGETS="seqbench" tools/gpu.sh ...     build only those targets (a call that only runs suites
+#                                           needs just `seqbench`: about half the translation units)
+#
+# A lease is 30 device-minutes in calls of at most 10, and a machine is released 30 s after a call,
+# so plan on every call starting bare (a fresh build each time; carry .bundle every time):
+#   1. STAGES="build test" tools/gpu.sh                          all gpu tests (the first results)
+#   2. STAGES="build run" TARGETS=seqbench tools/gpu.sh device operators
+#   3. STAGES="build run" TARGETS=seqbench tools/gpu.sh trainer layers
+#   4. STAGES="build dump torch" TARGETS=seqbench tools/gpu.sh --quick layers  (then trainer,
+#      operators with the runner's --filter: torch.compile costs seconds per experiment)
+#   5. STAGES="build sanitize" tools/gpu.sh                      when minutes remain
+# and commit reports/<device>/ from each call's reports.tar before the next.
 #
 # A failing stage is reported in the summary and the later stages still run: a build with errors
 # keeps going (ninja -k 0) and the stages use whatever was built; each suite runs in its own
@@ -51,7 +63,7 @@ if ! want build; then
 elif ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
      -DSEQBENCH_PTXAS_VERBOSE=ON >"$out/configure.log" 2>&1; then
   step configure FAILED; tail -n 40 "$out/configure.log"; printf '%s\n' "${summary[@]}"; exit 1
-elif cmake --build "$build" -j "$(nproc)" -- -k 0 >"$out/build.log" 2>&1; then
+elif cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 >"$out/build.log" 2>&1; then
   step build ok
 else
   # Keep going with what did build: one broken file must not cost every test and suite.
