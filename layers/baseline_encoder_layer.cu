@@ -56,7 +56,7 @@ BaselineEncoderLayer::BaselineEncoderLayer(const LayerConfig& config, const Enco
   const std::string missing =
       null_parameters(weights_, grads_, [](auto& t, auto&& fn) { for_each_encoder_tensor(t, fn); });
   SEQBENCH_REQUIRE(missing.empty(), "BaselineEncoderLayer: null parameter pointer(s): " << missing);
-  impl_ = std::make_unique<Impl>(allocator, options_.gemm_workspace_bytes);
+  impl_ = std::make_unique<Impl>(allocator, options_.gemm_workspace_bytes, options_.gemm);
 }
 
 BaselineEncoderLayer::~BaselineEncoderLayer() {

@@ -66,12 +66,16 @@ namespace seqbench::layers {
 struct BaselineEncoderLayerOptions {
   bool causal = false;
   std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes;
+  // A caller's Gemm (not owned; shared by a stack's layers), or null for the layer's own, with a
+  // workspace of gemm_workspace_bytes allocated through the layer's allocator.
+  Gemm* gemm = nullptr;
 };
 
 class BaselineEncoderLayer {
  public:
   // Validates config, weights and grads (throwing seqbench::Error naming the field before any
-  // CUDA call) and allocates the GEMM workspace through `allocator` (which must outlive the layer).
+  // CUDA call) and, without options.gemm, allocates the GEMM workspace through `allocator` (which
+  // must outlive the layer).
   BaselineEncoderLayer(const LayerConfig& config, const EncoderLayerWeights& weights,
                        const EncoderLayerGrads& grads, DeviceAllocator& allocator,
                        BaselineEncoderLayerOptions options = {});

@@ -1,3 +1,4 @@
+#include <memory>
 #include <string>
 
 #include "core/dtype.h"
@@ -5,12 +6,15 @@
 #include "core/nvtx.h"
 #include "layers/baseline_encoder_stack.h"
 #include "layers/eager_tensor.h"
+#include "layers/gemm.h"
 #include "layers/layer_run.h"
 
 namespace seqbench::layers {
 
 struct BaselineEncoderStack::Impl {
   DeviceAllocator* allocator = nullptr;
+  EagerTensor gemm_workspace;
+  std::unique_ptr<Gemm> gemm;
   std::vector<EagerTensor> hidden;  // [layers − 1]: layer i's output, kept for layer i+1's backward
   bool have_forward = false;
   std::size_t bytes = 0;  // one hidden state of the last forward
@@ -35,6 +39,11 @@ BaselineEncoderStack::BaselineEncoderStack(const LayerConfig& config,
   }
   impl_ = std::make_unique<Impl>();
   impl_->allocator = &allocator;
+  if (options.gemm == nullptr) {  // one workspace and one Gemm (a cuBLASLt handle) for every layer
+    impl_->gemm_workspace = EagerTensor(allocator, options.gemm_workspace_bytes);
+    impl_->gemm = std::make_unique<Gemm>(impl_->gemm_workspace.get(), impl_->gemm_workspace.bytes());
+    options.gemm = impl_->gemm.get();
+  }
   for (std::size_t i = 0; i < weights.size(); ++i)
     layers_.push_back(
         std::make_unique<BaselineEncoderLayer>(config_, weights[i], grads[i], allocator, options));

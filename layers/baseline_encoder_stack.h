@@ -5,6 +5,8 @@
 // drop it; each layer's input gradient is allocated when its backward runs and freed once the
 // layer below has consumed it. The baseline of EncoderStack (layers/encoder_stack.h) for Fig. 20
 // at stack scale: the same math, layer i at dropout streams base + kEncoderLayerDropoutOffsets·i.
+// The layers share one Gemm and one GEMM workspace (allocated through the allocator at
+// construction), as an eager model shares one cuBLAS workspace and EncoderStack plans one.
 //
 // Limits and contract: as BaselineEncoderLayer's, per layer, plus layers >= 1 and one weights and
 // one grads entry per layer (checked before any CUDA call); backward() needs the last forward's x,
@@ -50,8 +52,8 @@ class BaselineEncoderStack {
   struct Impl;
 
   LayerConfig config_;
+  std::unique_ptr<Impl> impl_;  // before layers_: its Gemm outlives them
   std::vector<std::unique_ptr<BaselineEncoderLayer>> layers_;
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace seqbench::layers

@@ -156,22 +156,28 @@ struct Eager {
 // The state the baseline Transformer layers share (BaselineEncoderLayer, BaselineDecoderLayer
 // derive their Impl from it and add their saved tensors): the allocator, the GEMM workspace
 // (allocated once, at construction, through the same allocator) and its Gemm (created by the
-// first forward), and the last forward's shape and dropout stream.
+// first forward) unless the caller shares its Gemm (then no workspace is allocated: one cuBLAS
+// workspace for a whole eager model, as PyTorch keeps one per handle and stream), and the last
+// forward's shape and dropout stream.
 struct LayerState {
   DeviceAllocator& allocator;
+  Gemm* shared_gemm = nullptr;
   EagerTensor gemm_workspace;
   std::unique_ptr<Gemm> gemm;
   bool have_forward = false;
   std::size_t batch = 0, len = 0;  // len: the query side's (target) length
   std::uint64_t seed = 0, base_offset = 0;
 
-  LayerState(DeviceAllocator& a, std::size_t gemm_workspace_bytes)
-      : allocator(a), gemm_workspace(a, gemm_workspace_bytes) {}
+  LayerState(DeviceAllocator& a, std::size_t gemm_workspace_bytes, Gemm* shared = nullptr)
+      : allocator(a),
+        shared_gemm(shared),
+        gemm_workspace(shared != nullptr ? EagerTensor() : EagerTensor(a, gemm_workspace_bytes)) {}
 
   // A validated forward's start (after the previous graph is released): the Gemm on first use,
   // the shape and the dropout stream recorded.
   void begin_forward(std::size_t batch_size, std::size_t seq_len, std::uint64_t seed_, std::uint64_t base) {
-    if (!gemm) gemm = std::make_unique<Gemm>(gemm_workspace.get(), gemm_workspace.bytes());
+    if (!gemm && shared_gemm == nullptr)
+      gemm = std::make_unique<Gemm>(gemm_workspace.get(), gemm_workspace.bytes());
     batch = batch_size;
     len = seq_len;
     seed = seed_;
@@ -180,7 +186,8 @@ struct LayerState {
 
   template <class T>
   Eager<T> eager(const LayerConfig& c, cudaStream_t stream, bool free_saved) const {
-    return Eager<T>::make(c, allocator, *gemm, stream, batch, len, free_saved);
+    return Eager<T>::make(c, allocator, shared_gemm != nullptr ? *shared_gemm : *gemm, stream, batch, len,
+                          free_saved);
   }
 
   // One sub-layer's dropout streams: base_offset + first for its first dropout (probability

@@ -5,7 +5,8 @@
 // is a planning or wiring fault of the stack: a hidden state read from the wrong slot, a
 // temporary overwritten while live, a layer run with the wrong parameters or dropout stream.
 // EncoderLayer itself is checked against the CPU reference in encoder_layer_test.cu.
-// Also: steady-state steps allocate nothing, and a repeated step is bitwise equal.
+// Also: steady-state steps allocate nothing, and a repeated step is bitwise equal. The eager
+// BaselineEncoderStack is checked the same way against BaselineEncoderLayers chained by hand.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -17,6 +18,9 @@
 
 #include "core/device_buffer.h"
 #include "core/dtype.h"
+#include "layers/baseline_encoder_layer.h"
+#include "layers/baseline_encoder_stack.h"
+#include "layers/caching_allocator.h"
 #include "layers/device_allocator.h"
 #include "layers/encoder_layer.h"
 #include "layers/encoder_stack.h"
@@ -68,9 +72,9 @@ struct LayerParams {
 };
 
 template <class T>
-void run_case(const Case& cs, std::uint64_t seed) {
+void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
   const DType dtype = DTypeTraits<T>::dtype;
-  SCOPED_TRACE(describe(cs, dtype));
+  SCOPED_TRACE(std::string(baseline ? "baseline " : "") + describe(cs, dtype));
   const std::size_t B = static_cast<std::size_t>(cs.batch), L = static_cast<std::size_t>(cs.len);
   const std::size_t n = static_cast<std::size_t>(cs.layers);
   const std::size_t TH = B * L * static_cast<std::size_t>(cs.hidden);
@@ -109,62 +113,110 @@ void run_case(const Case& cs, std::uint64_t seed) {
   }
   {
     CountingAllocator counter(cuda);
-    std::vector<std::unique_ptr<EncoderLayer>> chain;
+    CachingAllocator cache(counter);
+    std::vector<std::unique_ptr<EncoderLayer>> managed;
+    std::vector<std::unique_ptr<BaselineEncoderLayer>> eager;
     for (std::size_t i = 0; i < n; ++i) {
-      EncoderLayerOptions o;
-      o.causal = cs.causal;
-      o.prefix = "enc" + std::to_string(i) + ".";
-      o.gemm = &gemm;
-      chain.push_back(std::make_unique<EncoderLayer>(config, chained_params[i]->weights,
-                                                     chained_params[i]->grad_views, counter, o));
+      if (baseline) {
+        BaselineEncoderLayerOptions o;
+        o.causal = cs.causal;
+        o.gemm = &gemm;
+        eager.push_back(std::make_unique<BaselineEncoderLayer>(config, chained_params[i]->weights,
+                                                               chained_params[i]->grad_views, cache, o));
+      } else {
+        EncoderLayerOptions o;
+        o.causal = cs.causal;
+        o.prefix = "enc" + std::to_string(i) + ".";
+        o.gemm = &gemm;
+        managed.push_back(std::make_unique<EncoderLayer>(config, chained_params[i]->weights,
+                                                         chained_params[i]->grad_views, counter, o));
+      }
     }
-    for (std::size_t i = 0; i < n; ++i)
-      chain[i]->forward(h[i + 1].data(), i == 0 ? x.data() : h[i].data(), B, L, key_lengths, dropout_seed,
-                        base + kEncoderLayerDropoutOffsets * i, stream.get());
-    for (std::size_t i = n; i-- > 0;)
-      chain[i]->backward(dh[i].data(), i + 1 == n ? dy.data() : dh[i + 1].data(),
-                         i == 0 ? x.data() : h[i].data(), stream.get());
-    stream.synchronize();
+    const auto chain = [&](auto& layers) {
+      for (std::size_t i = 0; i < n; ++i)
+        layers[i]->forward(h[i + 1].data(), i == 0 ? x.data() : h[i].data(), B, L, key_lengths, dropout_seed,
+                           base + kEncoderLayerDropoutOffsets * i, stream.get());
+      for (std::size_t i = n; i-- > 0;)
+        layers[i]->backward(dh[i].data(), i + 1 == n ? dy.data() : dh[i + 1].data(),
+                            i == 0 ? x.data() : h[i].data(), stream.get());
+      stream.synchronize();
+    };
+    if (baseline)
+      chain(eager);
+    else
+      chain(managed);
   }
 
   CountingAllocator counter(cuda);
-  EncoderStackOptions o;
-  o.causal = cs.causal;
-  o.gemm = &gemm;
-  EncoderStack stack(config, weights, grads, counter, o);
-  EXPECT_EQ(counter.stats().allocations, 1u);
+  CachingAllocator cache(counter);
   DeviceBuffer<T> y(TH), dx(TH);
-  const auto step = [&] {
+  const auto step = [&](auto& stack) {
     y.fill_bytes(0xFF);
     dx.fill_bytes(0xFF);
     stack.forward(y.data(), x.data(), B, L, key_lengths, dropout_seed, base, stream.get());
     stack.backward(dx.data(), dy.data(), x.data(), stream.get());
     stream.synchronize();
   };
-  step();
-  EXPECT_TRUE(same_bits(y.copy_to_host(), h[n].copy_to_host())) << "y";
-  EXPECT_TRUE(same_bits(dx.copy_to_host(), dh[0].copy_to_host())) << "dx";
-  for (std::size_t i = 0; i < n; ++i)
-    EXPECT_TRUE(same_bits(stack_params[i]->grads.copy_to_host(), chained_params[i]->grads.copy_to_host()))
-        << "layer " << i << "'s parameter gradients";
-  // A second step: nothing allocated, the same bits.
-  step();
-  EXPECT_EQ(counter.stats().allocations, 1u);
-  EXPECT_TRUE(same_bits(y.copy_to_host(), h[n].copy_to_host())) << "y, second step";
-  EXPECT_TRUE(same_bits(dx.copy_to_host(), dh[0].copy_to_host())) << "dx, second step";
+  const auto expect_chain = [&](const char* when) {
+    EXPECT_TRUE(same_bits(y.copy_to_host(), h[n].copy_to_host())) << "y, " << when;
+    EXPECT_TRUE(same_bits(dx.copy_to_host(), dh[0].copy_to_host())) << "dx, " << when;
+    for (std::size_t i = 0; i < n; ++i)
+      EXPECT_TRUE(same_bits(stack_params[i]->grads.copy_to_host(), chained_params[i]->grads.copy_to_host()))
+          << "layer " << i << "'s parameter gradients, " << when;
+  };
+  if (baseline) {
+    BaselineEncoderLayerOptions o;
+    o.causal = cs.causal;
+    o.gemm = &gemm;
+    BaselineEncoderStack stack(config, weights, grads, cache, o);
+    step(stack);
+    expect_chain("first step");
+    // The backward dropped the graph: nothing saved, and nothing allocated beyond the cache's
+    // blocks, which a second step of the same shape reuses.
+    EXPECT_EQ(stack.saved_bytes(), 0u);
+    EXPECT_EQ(cache.stats().allocated_bytes, 0u);
+    const std::uint64_t allocations = counter.stats().allocations;
+    step(stack);
+    EXPECT_EQ(counter.stats().allocations, allocations);
+    expect_chain("second step");
+  } else {
+    EncoderStackOptions o;
+    o.causal = cs.causal;
+    o.gemm = &gemm;
+    EncoderStack stack(config, weights, grads, counter, o);
+    EXPECT_EQ(counter.stats().allocations, 1u);
+    step(stack);
+    expect_chain("first step");
+    step(stack);  // nothing allocated, the same bits
+    EXPECT_EQ(counter.stats().allocations, 1u);
+    expect_chain("second step");
+  }
 }
 
-TEST(EncoderStackGpu, EqualsChainedLayersBitwise) {
-  SEQBENCH_REQUIRE_GPU();
+std::vector<Case> cases() {
   using A = Activation;
-  const std::vector<Case> cases = {
+  return {
       {3, 2, 5, 12, 3, 37, true, A::relu, true, false, {5, 3}},
       {2, 3, 7, 20, 4, 33, false, A::gelu, true, false, {7, 0, 4}},
       {4, 2, 9, 16, 2, 31, true, A::gelu_tanh, true, true, {}},
       {1, 2, 6, 24, 6, 50, false, A::relu, false, false, {6, 2}},
   };
-  for_each_dtype_and_case(
-      cases, 31337, [](const Case& c, std::uint64_t seed, auto tag) { run_case<decltype(tag)>(c, seed); });
+}
+
+TEST(EncoderStackGpu, EqualsChainedLayersBitwise) {
+  SEQBENCH_REQUIRE_GPU();
+  for_each_dtype_and_case(cases(), 31337, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, false);
+  });
+}
+
+// The eager stack against eager layers chained by hand: the same bits, the graph dropped after
+// the backward, and a repeated step served from the caching allocator.
+TEST(BaselineEncoderStackGpu, EqualsChainedBaselineLayersBitwise) {
+  SEQBENCH_REQUIRE_GPU();
+  for_each_dtype_and_case(cases(), 31337, [](const Case& c, std::uint64_t seed, auto tag) {
+    run_case<decltype(tag)>(c, seed, true);
+  });
 }
 
 }  // namespace
