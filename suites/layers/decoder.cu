@@ -27,24 +27,18 @@ namespace {
 // (x [rows, H]) over an encoder output of as many rows (enc [rows, H]: the suite's S = L), and the
 // views into them.
 template <class T>
-struct DecoderData {
+struct DecoderData : LayerActivations<T> {
   ParameterBlock<T> block;
-  DeviceBuffer<T> x, enc, y, dy, dx, denc;
+  DeviceBuffer<T> enc, denc;
   layers::DecoderLayerWeights weights;
   layers::DecoderLayerGrads grad_views;
 
   DecoderData(const LayerConfig& c, std::size_t rows)
-      : block(layers::decoder_layer_parameter_shapes(c), kParamSeed) {
+      : LayerActivations<T>(rows, c.hidden),
+        block(layers::decoder_layer_parameter_shapes(c), kParamSeed),
+        enc(rows * static_cast<std::size_t>(c.hidden)),
+        denc(rows * static_cast<std::size_t>(c.hidden)) {
     block.bind(weights, grad_views, kDecoderTensors);
-    const std::size_t H = static_cast<std::size_t>(c.hidden);
-    x = DeviceBuffer<T>(rows * H);
-    dy = DeviceBuffer<T>(rows * H);
-    y = DeviceBuffer<T>(rows * H);
-    dx = DeviceBuffer<T>(rows * H);
-    enc = DeviceBuffer<T>(rows * H);
-    denc = DeviceBuffer<T>(rows * H);
-    operators::check_util::fill(x, kInputSeed, -1.0f, 1.0f);
-    operators::check_util::fill(dy, kInputSeed + 1, -1.0f, 1.0f);
     operators::check_util::fill(enc, kInputSeed + 2, -1.0f, 1.0f);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   }

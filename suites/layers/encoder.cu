@@ -25,23 +25,14 @@ namespace {
 
 // Device parameters, gradients and activations of one encoder layer, and the views into them.
 template <class T>
-struct LayerData {
+struct LayerData : LayerActivations<T> {
   ParameterBlock<T> block;
-  DeviceBuffer<T> x, y, dy, dx;
   layers::EncoderLayerWeights weights;
   layers::EncoderLayerGrads grad_views;
 
   LayerData(const LayerConfig& c, std::size_t rows)
-      : block(layers::encoder_layer_parameter_shapes(c), kParamSeed) {
+      : LayerActivations<T>(rows, c.hidden), block(layers::encoder_layer_parameter_shapes(c), kParamSeed) {
     block.bind(weights, grad_views, kEncoderTensors);
-    const std::size_t n = rows * static_cast<std::size_t>(c.hidden);
-    x = DeviceBuffer<T>(n);
-    dy = DeviceBuffer<T>(n);
-    y = DeviceBuffer<T>(n);
-    dx = DeviceBuffer<T>(n);
-    operators::check_util::fill(x, kInputSeed, -1.0f, 1.0f);
-    operators::check_util::fill(dy, kInputSeed + 1, -1.0f, 1.0f);
-    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
 

@@ -31,26 +31,18 @@ constexpr std::size_t kStackLayers = kEncoderStackLayers;
 // Device parameters and gradients of every layer (each its own block, seeds apart), the stack's
 // activations, and the views.
 template <class T>
-struct StackData {
+struct StackData : LayerActivations<T> {
   std::vector<std::unique_ptr<ParameterBlock<T>>> blocks;
-  DeviceBuffer<T> x, y, dy, dx;
   std::vector<layers::EncoderLayerWeights> weights;
   std::vector<layers::EncoderLayerGrads> grad_views;
 
-  StackData(const LayerConfig& c, std::size_t rows) : weights(kStackLayers), grad_views(kStackLayers) {
+  StackData(const LayerConfig& c, std::size_t rows)
+      : LayerActivations<T>(rows, c.hidden), weights(kStackLayers), grad_views(kStackLayers) {
     for (std::size_t i = 0; i < kStackLayers; ++i) {
       blocks.push_back(std::make_unique<ParameterBlock<T>>(layers::encoder_layer_parameter_shapes(c),
                                                            kParamSeed + 100 * i));
       blocks.back()->bind(weights[i], grad_views[i], kEncoderTensors);
     }
-    const std::size_t n = rows * static_cast<std::size_t>(c.hidden);
-    x = DeviceBuffer<T>(n);
-    dy = DeviceBuffer<T>(n);
-    y = DeviceBuffer<T>(n);
-    dx = DeviceBuffer<T>(n);
-    operators::check_util::fill(x, kInputSeed, -1.0f, 1.0f);
-    operators::check_util::fill(dy, kInputSeed + 1, -1.0f, 1.0f);
-    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
 

@@ -18,6 +18,7 @@
 #include "layers/decoder_layer.h"
 #include "layers/encoder_layer.h"
 #include "layers/layer_run.h"
+#include "suites/layers/layer_experiments.h"
 #include "suites/operators/check_util.h"
 
 namespace seqbench::layer_experiments {
@@ -67,6 +68,25 @@ inline constexpr auto kEncoderTensors = [](auto& views, auto&& fn) {
 };
 inline constexpr auto kDecoderTensors = [](auto& views, auto&& fn) {
   layers::for_each_decoder_tensor(views, fn);
+};
+
+// The hidden-state activations every encoder and decoder experiment runs on: x and dy [rows, H]
+// drawn U(-1, 1) with seeds kInputSeed and kInputSeed + 1, y and dx not initialised. An
+// experiment's data derives from it and adds its parameters (and, for the decoder, the encoder
+// side).
+template <class T>
+struct LayerActivations {
+  DeviceBuffer<T> x, y, dy, dx;
+
+  LayerActivations(std::size_t rows, int hidden)
+      : x(rows * static_cast<std::size_t>(hidden)),
+        y(rows * static_cast<std::size_t>(hidden)),
+        dy(rows * static_cast<std::size_t>(hidden)),
+        dx(rows * static_cast<std::size_t>(hidden)) {
+    operators::check_util::fill(x, kInputSeed, -1.0f, 1.0f);
+    operators::check_util::fill(dy, kInputSeed + 1, -1.0f, 1.0f);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 };
 
 }  // namespace seqbench::layer_experiments

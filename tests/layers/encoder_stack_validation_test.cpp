@@ -69,9 +69,9 @@ TEST(EncoderStackValidation, OpsAreTheLayersForwardsThenTheirBackwardsInReverse)
         want.insert(want.end(), l.backward.begin(), l.backward.end());
       }
       EXPECT_EQ(ops, want);
-      // The hidden states: layer i's output lives from its forward's last op at least to layer
-      // i+1's backward (which reads its input), and no longer than layer i's backward; the
-      // gradients from layer i+1's backward to layer i's.
+      // The hidden states: layer i's output lives from its forward's last op into layer i+1's
+      // backward (which reads its input) and ends before layer i's backward; the gradients from
+      // layer i+1's backward into layer i's, and no further.
       for (int i = 0; i + 1 < n; ++i) {
         const std::string p = "enc" + std::to_string(i) + ".";
         const TensorLifetime& out = find(tensors, p + "out");
@@ -79,10 +79,12 @@ TEST(EncoderStackValidation, OpsAreTheLayersForwardsThenTheirBackwardsInReverse)
         EXPECT_GE(out.last_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
         const int layer_i_backward_end =
             i > 0 ? steps.backward_start[static_cast<std::size_t>(i) - 1] : static_cast<int>(ops.size());
-        EXPECT_LT(out.last_step, layer_i_backward_end);
+        // Layer i's own backward never reads its output: the last reader is layer i+1's backward.
+        EXPECT_LT(out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
         const TensorLifetime& d_out = find(tensors, p + "d_out");
         EXPECT_GE(d_out.first_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
         EXPECT_GE(d_out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
+        EXPECT_LT(d_out.last_step, layer_i_backward_end);
         EXPECT_EQ(out.bytes, 64u * 12u * 2u);
       }
       EXPECT_EQ(find(tensors, "enc.gemm_workspace").bytes, kGemmWorkspaceBytes);
