@@ -219,11 +219,8 @@ void run_encoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   layers::EncoderLayerWeights w;
   layers::EncoderLayerGrads g;
   block.bind(w, g, kEncoderTensors);
-  const std::size_t n = static_cast<std::size_t>(s.batch * s.seq_len) * static_cast<std::size_t>(c.hidden);
-  DeviceBuffer<T> x(n), y(n), dy(n), dx(n);
-  operators::check_util::fill(x, kInputSeed, -1.0f, 1.0f);
-  operators::check_util::fill(dy, kInputSeed + 1, -1.0f, 1.0f);
-  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  LayerActivations<T> a(static_cast<std::size_t>(s.batch * s.seq_len), c.hidden);
+  auto& [x, y, dy, dx] = a;
   {
     layers::CudaAllocator cuda;
     layers::EncoderLayer layer(c, w, g, cuda);
@@ -250,10 +247,10 @@ void run_decoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   layers::DecoderLayerGrads g;
   block.bind(w, g, kDecoderTensors);
   const auto b = static_cast<std::size_t>(s.batch), l = static_cast<std::size_t>(s.seq_len);
+  LayerActivations<T> a(b * l, c.hidden);
+  auto& [x, y, dy, dx] = a;
   const std::size_t n = b * l * static_cast<std::size_t>(c.hidden);  // S = L: encoder_out has n too
-  DeviceBuffer<T> x(n), enc(n), y(n), dy(n), dx(n), denc(n);
-  operators::check_util::fill(x, kInputSeed, -1.0f, 1.0f);
-  operators::check_util::fill(dy, kInputSeed + 1, -1.0f, 1.0f);
+  DeviceBuffer<T> enc(n), denc(n);
   operators::check_util::fill(enc, kInputSeed + 2, -1.0f, 1.0f);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   {
