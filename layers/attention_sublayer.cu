@@ -124,7 +124,12 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& id, TensorId d_o
   id.d_q_heads = plan.act(a + "d_" + qs + "_heads", P * T * H);
   if (cross) id.d_kv_heads = id.external_kv ? d_kv_source : plan.act(a + "d_kv_heads", 2 * T * H);
   id.d_probs = plan.act(a + "d_probs", plan.scores());
-  const TensorId context_probs = attn_drop ? id.probs_dropped : id.probs;
+  TensorId context_probs = attn_drop ? id.probs_dropped : id.probs;
+  if (attn_drop && plan.recompute() == Recompute::pointwise) {
+    id.probs_redropped = plan.act(a + "probs_redropped", plan.scores());
+    plan.op(a + "probs_dropout_recompute", {id.probs}, {id.probs_redropped});
+    context_probs = id.probs_redropped;
+  }
   std::vector<TensorId> heads = {id.q_heads};
   if (cross) heads.push_back(id.kv_heads);
   const TensorId dv_heads = cross ? id.d_kv_heads : id.d_q_heads;
@@ -300,6 +305,13 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
   r.op(n + "ctx_split_bwd");
   T* d_ctx_heads = r.act(ids.d_ctx_heads, s.rows * s.H);
   kernels::launch_split_heads<T>(d_ctx_heads, d_ctx, s.heads(s.Lq, 1), stream);
+  if (ids.probs_redropped != kNoTensor) {
+    // Recompute::pointwise: the forward's dropped probabilities, redrawn bitwise (same kernel,
+    // input and Philox stream as its probs_dropout).
+    r.op(n + "probs_dropout_recompute");
+    kernels::launch_dropout_fwd<T>(r.act(ids.probs_redropped, s.S), r.act(ids.probs, s.S),
+                                   static_cast<std::size_t>(s.S), dropout.first, nullptr, 0, stream);
+  }
   r.op(n + "context_gemm_bwd");
   const T* q_heads = r.act(ids.q_heads, s.P * s.rows * s.H);
   const T* q = q_heads;
@@ -324,7 +336,9 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
     dk = d_q_heads + s.rows * s.H;
     dv = d_q_heads + 2 * s.rows * s.H;
   }
-  const T* context_probs = r.act(s.attn_drop ? ids.probs_dropped : ids.probs, s.S);
+  const TensorId context_probs_id =
+      ids.probs_redropped != kNoTensor ? ids.probs_redropped : (s.attn_drop ? ids.probs_dropped : ids.probs);
+  const T* context_probs = r.act(context_probs_id, s.S);
   T* d_probs_first = r.act(s.attn_drop ? ids.d_probs_dropped : ids.d_probs, s.S);
   // dV = P_dropᵀ · dC and dP_drop = dC · Vᵀ, per (batch, head).
   r.gemm(per_head(GemmOp::transpose, context_probs, s.Lq, s.Lk, GemmOp::none, d_ctx_heads, s.Lq, s.d, dv,

@@ -33,9 +33,13 @@
 // for self and "q" for cross):
 //   forward  [ln] q_gemm q_bias_split [kv_gemm kv_bias_split] scores_gemm softmax
 //            [probs_dropout] context_gemm merge_heads out_gemm bias_dropout_residual [ln]
-//   backward [ln_bwd] bias_dropout_residual_bwd out_gemm_bwd ctx_split_bwd context_gemm_bwd
-//            [probs_dropout_bwd] softmax_bwd scores_gemm_bwd q_bias_split_bwd q_gemm_bwd
-//            [kv_bias_split_bwd kv_gemm_bwd] [ln_bwd] residual_add_bwd
+//   backward [ln_bwd] bias_dropout_residual_bwd out_gemm_bwd ctx_split_bwd
+//            [probs_dropout_recompute] context_gemm_bwd [probs_dropout_bwd] softmax_bwd
+//            scores_gemm_bwd q_bias_split_bwd q_gemm_bwd [kv_bias_split_bwd kv_gemm_bwd] [ln_bwd]
+//            residual_add_bwd
+// probs_dropout_recompute is there with attention dropout under Recompute::pointwise
+// (layers/layer_run.h): the forward's probs_dropped then dies at context_gemm, and the backward
+// redraws it (the same kernel on the same probs and stream) into probs_redropped.
 #pragma once
 
 #include <cstdint>
@@ -92,6 +96,10 @@ struct AttentionIds {
   TensorId d_residual = kNoTensor, ln_ws = kNoTensor, d_out_raw = kNoTensor, bdr_ws = kNoTensor;
   TensorId d_ctx = kNoTensor, d_ctx_heads = kNoTensor, d_q_heads = kNoTensor, d_kv_heads = kNoTensor;
   TensorId d_probs_dropped = kNoTensor, d_probs = kNoTensor, d_q = kNoTensor, q_ws = kNoTensor;
+  // Recompute::pointwise with attention dropout: the backward's copy of probs_dropped, redrawn
+  // from probs (op probs_dropout_recompute, before context_gemm_bwd); kNoTensor otherwise, and
+  // then the backward reads the forward's probs_dropped.
+  TensorId probs_redropped = kNoTensor;
   TensorId d_q_in = kNoTensor, d_kv = kNoTensor, kv_ws = kNoTensor, d_ln_in = kNoTensor;
 };
 

@@ -72,7 +72,7 @@ std::vector<DecoderTensorShape> decoder_layer_parameter_shapes(const LayerConfig
 std::vector<TensorLifetime> decoder_layer_lifetimes(const LayerConfig& config,
                                                     const DecoderLayerOptions& options,
                                                     std::vector<std::string>* ops, int* forward_ops) {
-  PlanBuilder plan(config, options.prefix);
+  PlanBuilder plan(config, options.prefix, options.recompute);
   const DecoderIds ids = record_decoder_layer(plan, options);
   if (ops != nullptr) *ops = plan.recorder().ops();
   if (forward_ops != nullptr) *forward_ops = ids.forward_steps;
@@ -176,7 +176,7 @@ DecoderLayer::DecoderLayer(const LayerConfig& config, const DecoderLayerWeights&
   SEQBENCH_REQUIRE(missing.empty(), "DecoderLayer: null parameter pointer(s): " << missing);
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "DecoderLayer: options.prefix is empty (the planned tensors' names)");
-  PlanBuilder plan(config_, options_.prefix);  // host only
+  PlanBuilder plan(config_, options_.prefix, options_.recompute);  // host only
   impl_ = std::make_unique<Impl>();
   impl_->ids = record_decoder_layer(plan, options_);
   impl_->self_w = self_attention_tensors_of(weights_);

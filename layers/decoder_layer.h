@@ -127,6 +127,9 @@ struct DecoderLayerOptions {
   std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes;
   // The cross-attention K/V heads come from the caller (forward_kv/backward_kv; see the header).
   bool external_kv = false;
+  // What the forward keeps for the backward (layers/layer_run.h): with pointwise, neither
+  // attention's dropped probabilities nor the FFN activation; the results are bitwise the same.
+  Recompute recompute = Recompute::pointwise;
 };
 
 // The layer's dry run: its ops in execution order (forward, then backward) and every temporary's

@@ -53,7 +53,7 @@ std::vector<EncoderTensorShape> encoder_layer_parameter_shapes(const LayerConfig
 std::vector<TensorLifetime> encoder_layer_lifetimes(const LayerConfig& config,
                                                     const EncoderLayerOptions& options,
                                                     std::vector<std::string>* ops, int* forward_ops) {
-  PlanBuilder plan(config, options.prefix);
+  PlanBuilder plan(config, options.prefix, options.recompute);
   const Recorded r = record_encoder_layer(plan, options);
   if (ops != nullptr) *ops = plan.recorder().ops();
   if (forward_ops != nullptr) *forward_ops = r.forward_steps;
@@ -98,7 +98,7 @@ EncoderLayer::EncoderLayer(const LayerConfig& config, const EncoderLayerWeights&
   SEQBENCH_REQUIRE(missing.empty(), "EncoderLayer: null parameter pointer(s): " << missing);
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "EncoderLayer: options.prefix is empty (the planned tensors' names)");
-  PlanBuilder plan(config_, options_.prefix);  // host only
+  PlanBuilder plan(config_, options_.prefix, options_.recompute);  // host only
   const Recorded r = record_encoder_layer(plan, options_);
   impl_ = std::make_unique<Impl>();
   impl_->ids = r.ids;

@@ -52,7 +52,10 @@
 // forward() and backward() allocate nothing. Each op announces its step to the MemoryManager
 // (checking mode), so a tensor used outside its planned lifetime throws instead of corrupting a
 // neighbour. A batch above the planned maxima is refused by LayerConfig::check_batch with both
-// numbers in the message.
+// numbers in the message. By default (EncoderLayerOptions::recompute = Recompute::pointwise,
+// layers/layer_run.h) the forward does not keep the dropped probabilities or the FFN activation
+// output: the backward redraws them bitwise, so the results are those of Recompute::none, which
+// keeps them as LightSeq2 does.
 //
 // Limits and contract: config.validate(); every parameter and gradient pointer non-null; x, y
 // [T, H] non-null with y not overlapping x; key_lengths null (no padding) or device int32 [B]
@@ -121,6 +124,9 @@ struct EncoderLayerOptions {
   // at its first forward/backward with a workspace of gemm_workspace_bytes planned in its block.
   Gemm* gemm = nullptr;
   std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes;
+  // What the forward keeps for the backward (layers/layer_run.h); the results are bitwise the
+  // same either way.
+  Recompute recompute = Recompute::pointwise;
 };
 
 // The layer's dry run: its ops in execution order (forward, then backward) and every temporary's

@@ -87,7 +87,7 @@ std::uint64_t encoder_stack_dropout_offsets(int layers) {
 std::vector<TensorLifetime> encoder_stack_lifetimes(const LayerConfig& config, int layers,
                                                     const EncoderStackOptions& options,
                                                     std::vector<std::string>* ops, EncoderStackSteps* steps) {
-  PlanBuilder plan(config, layer_prefix(options, 0));
+  PlanBuilder plan(config, layer_prefix(options, 0), options.recompute);
   const StackRecord r = record_encoder_stack(plan, layers, options);
   if (ops != nullptr) *ops = plan.recorder().ops();
   if (steps != nullptr) *steps = r.steps;
@@ -170,7 +170,7 @@ EncoderStack::EncoderStack(const LayerConfig& config, std::vector<EncoderLayerWe
   }
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "EncoderStack: options.prefix is empty (the planned tensors' names)");
-  PlanBuilder plan(config_, layer_prefix(options_, 0));  // host only
+  PlanBuilder plan(config_, layer_prefix(options_, 0), options_.recompute);  // host only
   impl_ = std::make_unique<Impl>();
   impl_->rec = record_encoder_stack(plan, n, options_);
   for (int i = 0; i < n; ++i) {

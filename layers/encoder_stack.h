@@ -47,6 +47,9 @@ struct EncoderStackOptions {
   // workspace of gemm_workspace_bytes planned in its block.
   Gemm* gemm = nullptr;
   std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes;
+  // What each layer's forward keeps for its backward (layers/layer_run.h); the results are
+  // bitwise the same either way.
+  Recompute recompute = Recompute::pointwise;
 };
 
 // The dropout offsets one forward of an n-layer stack uses: base .. base + this − 1. Throws for

@@ -54,8 +54,14 @@ void record_ffn_backward(PlanBuilder& plan, FfnIds& id, TensorId d_out, TensorId
   id.d_ff2_raw = plan.act(f + "d_ff2_raw", T * H);
   id.bdr_ws = plan.bytes(f + "bias_dropout_residual_bwd_ws", plan.bias_dropout_residual_bwd_ws());
   plan.op(f + "bias_dropout_residual_bwd", {d_sub}, {id.d_ff2_raw, id.bdr_ws});
+  TensorId act_out = id.act_out;
+  if (plan.recompute() == Recompute::pointwise) {
+    id.act_recomputed = plan.act(f + "act_recomputed", T * F);
+    plan.op(f + "bias_act_dropout_recompute", {id.ff1_raw}, {id.act_recomputed});
+    act_out = id.act_recomputed;
+  }
   id.d_act = plan.act(f + "d_act", T * F);
-  plan.gemm_op(f + "ff2_gemm_bwd", {id.d_ff2_raw, id.act_out}, {id.d_act});
+  plan.gemm_op(f + "ff2_gemm_bwd", {id.d_ff2_raw, act_out}, {id.d_act});
   id.d_ff1 = plan.act(f + "d_ff1", T * F);
   id.bad_ws = plan.bytes(f + "bias_act_dropout_bwd_ws", plan.bias_act_dropout_bwd_ws());
   plan.op(f + "bias_act_dropout_bwd", {id.d_act, id.ff1_raw}, {id.d_ff1, id.bad_ws});
@@ -122,10 +128,19 @@ void FfnSublayer<T>::backward(LayerRun<T>& r, T* d_x, const T* d_out, const T* x
     kernels::launch_bias_dropout_residual_bwd<T>(d_ff2, as<T>(g.fc2_bias), d_sub, rows, H, dropout.hidden,
                                                  r.workspace(ids.bdr_ws, need), need, stream);
   }
+  if (ids.act_recomputed != kNoTensor) {
+    // Recompute::pointwise: the forward's act_out, recomputed bitwise (same kernel, input, bias
+    // and Philox stream as its bias_act_dropout).
+    r.op(n + "bias_act_dropout_recompute");
+    kernels::launch_bias_act_dropout_fwd<T>(r.act(ids.act_recomputed, rows * F), r.act(ids.ff1_raw, rows * F),
+                                            as<T>(w.fc1_bias), rows, F, kernel_activation(config.activation),
+                                            dropout.first, stream);
+  }
   r.op(n + "ff2_gemm_bwd");
   T* d_act = r.act(ids.d_act, rows * F);
+  const TensorId act_out = ids.act_recomputed != kNoTensor ? ids.act_recomputed : ids.act_out;
   r.gemm(linear_dx(d_ff2, w.fc2_weight, d_act, rows, H, F));
-  r.gemm(linear_dw(d_ff2, r.act(ids.act_out, rows * F), g.fc2_weight, rows, H, F));
+  r.gemm(linear_dw(d_ff2, r.act(act_out, rows * F), g.fc2_weight, rows, H, F));
   r.op(n + "bias_act_dropout_bwd");
   T* d_ff1 = r.act(ids.d_ff1, rows * F);
   {

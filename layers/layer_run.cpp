@@ -49,8 +49,12 @@ bool bytes_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_
   return pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
-PlanBuilder::PlanBuilder(const LayerConfig& config, std::string prefix)
-    : config_(config), prefix_(std::move(prefix)) {
+const char* recompute_name(Recompute recompute) {
+  return recompute == Recompute::pointwise ? "pointwise" : "none";
+}
+
+PlanBuilder::PlanBuilder(const LayerConfig& config, std::string prefix, Recompute recompute)
+    : config_(config), prefix_(std::move(prefix)), recompute_(recompute) {
   config_.validate();
   const LayerConfig& c = config_;
   elem_ = dtype_size(c.dtype);

@@ -36,6 +36,20 @@ namespace seqbench::layers {
 // A tensor the config does not use.
 inline constexpr TensorId kNoTensor = static_cast<TensorId>(-1);
 
+// What the forward keeps for the backward of the layers' pointwise ops. LightSeq2 keeps every
+// output a backward GEMM reads; two of them are recomputable from what the backward reads anyway:
+//   none       keep the dropped attention probabilities [B·N·Lq, Lk] and the FFN activation
+//              output [T, F] from the forward to the backward, as LightSeq2 does;
+//   pointwise  keep neither: the backward redraws them from the probabilities and fc1's output
+//              (which it keeps for the softmax and activation backwards) with the forward's
+//              kernels and Philox streams, so they are bitwise the forward's, into temporaries
+//              that live from the recomputation to the GEMM that reads them.
+// pointwise saves B·N·Lq·Lk + T·F elements of kept memory per layer (128 MiB for transformer-big
+// at 8192 tokens in fp16), which a stack keeps once per layer, for one extra pass (a read and a
+// write) over each tensor per backward.
+enum class Recompute { none, pointwise };
+const char* recompute_name(Recompute recompute);
+
 // The shape of one parameter tensor (rows = 1 for vectors).
 struct ParameterShape {
   std::string name;
@@ -57,10 +71,13 @@ bool bytes_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_
 
 class PlanBuilder {
  public:
-  // Validates the config and computes the workspace sizes at its maxima.
-  PlanBuilder(const LayerConfig& config, std::string prefix);
+  // Validates the config and computes the workspace sizes at its maxima. `recompute` is the
+  // layers' choice of what the forward keeps (see Recompute); the sub-layers' dry runs follow it,
+  // and their ids record what they planned.
+  PlanBuilder(const LayerConfig& config, std::string prefix, Recompute recompute = Recompute::none);
 
   const LayerConfig& config() const { return config_; }
+  Recompute recompute() const { return recompute_; }
   const std::string& prefix() const { return prefix_; }
   // A stack records its layers one after another into one builder, each under its own prefix.
   void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
@@ -97,6 +114,7 @@ class PlanBuilder {
  private:
   LayerConfig config_;
   std::string prefix_;
+  Recompute recompute_ = Recompute::none;
   LifetimeRecorder rec_;
   TensorId gemm_ws_ = kNoTensor;
   std::size_t elem_ = 0, tokens_ = 0, scores_ = 0, ln_ws_ = 0, bdr_ws_ = 0, bad_ws_ = 0;

@@ -8,8 +8,10 @@
 //
 // Experiments: encoder_fwd/<dtype>/B=<b>,L=<l> and encoder_bwd/<dtype>/B=<b>,L=<l>, dtype f16 and
 // bf16, L in {32, 64, 128, 256} at 8192 batch tokens (quick: L in {64, 128} at 4096), B = tokens/L;
-// variants "baseline" (the speedup reference) and "managed". FLOPs are the layer's GEMM FLOPs
-// (encoder_layer_gemm_flops); bytes are 0 (a layer is GEMM-bound: GB/s would say nothing).
+// variants "baseline" (the speedup reference) and "managed", and for backward experiments
+// "managed_keep" (the managed layer with Recompute::none: what recomputing costs). FLOPs are the
+// layer's GEMM FLOPs (encoder_layer_gemm_flops); bytes are 0 (a layer is GEMM-bound: GB/s would
+// say nothing).
 // decoder_fwd/<dtype>/B=<b>,L=<l> and decoder_bwd/...: the same dtypes, lengths, batch tokens and
 // variants for the decoder layer (causal self-attention, cross-attention over an encoder output
 // of S = L positions with the layer's own K/V projection, FFN; no padding), params as the
@@ -29,9 +31,9 @@
 // (the decoder layer: BaselineDecoderLayer against DecoderLayer, encoder_out of S = L rows, as long
 // as each step's target) and layers/memory/encoder_stack/<dtype>/... (transformer-big's six encoder
 // layers: BaselineEncoderStack, eager layers chained through one caching allocator, against
-// EncoderStack, one planned block for the stack) for f16 and bf16: a loop of kMemorySteps (quick: kMemoryStepsQuick)
-// forward + backward steps (the baseline's backward consumes its graph, as in training) with the
-// shapes memory_loop_shapes(seed, ...), both layers on their own counting allocators; "peak_ratio"
+// EncoderStack, one planned block for the stack) for f16 and bf16: a loop of kMemorySteps (quick:
+// kMemoryStepsQuick) forward + backward steps (the baseline's backward consumes its graph, as in training)
+// with the shapes memory_loop_shapes(seed, ...), both layers on their own counting allocators; "peak_ratio"
 // passes when the managed layer's peak device bytes are at most kMemoryRatioTarget times the
 // baseline's peak allocated bytes (the baseline's best case: PyTorch's max_memory_allocated, below
 // its reserved peak, which the detail also gives); "steady_state_allocations" passes when the

@@ -75,7 +75,9 @@ PreparedExperiment prepare_criterion(const layers::CriterionLayerConfig& c,
                  },
                  [s](cudaStream_t stream) {
                    s->managed->backward(s->dlogits.data(), s->logits.data(), s->targets.data(), 1.0f, stream);
-                 }},
+                 },
+                 {},
+                 {}},
                 backward);
   p.state = st;
   return p;

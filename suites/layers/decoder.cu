@@ -52,6 +52,7 @@ struct DecoderPair {
   using Value = T;
   using Managed = layers::DecoderLayer;
   using Baseline = layers::BaselineDecoderLayer;
+  using ManagedOptions = layers::DecoderLayerOptions;
   using Data = DecoderData<T>;
   static const char* layer() { return "decoder"; }
   static constexpr std::uint64_t dropout_offsets() { return layers::kDecoderLayerDropoutOffsets; }
@@ -73,7 +74,8 @@ struct DecoderPair {
 template <class T>
 PreparedExperiment prepare_decoder_timing(const LayerConfig& c, std::int64_t B, std::int64_t L,
                                           bool backward) {
-  auto state = std::make_shared<PairTimingState<DecoderPair<T>>>(c, static_cast<std::size_t>(B * L));
+  auto state =
+      std::make_shared<PairTimingState<DecoderPair<T>>>(c, static_cast<std::size_t>(B * L), backward);
   PreparedExperiment p = time_pair(pair_work(*state, B, L), backward);
   p.state = state;
   return p;
@@ -85,7 +87,7 @@ ExperimentSpec decoder_timing_experiment(DType dtype, int tokens, int max_len, i
   const std::int64_t S = L;  // the encoder output's length: the contract's S = L (DecoderPair)
   const double flops = decoder_layer_gemm_flops(c, B, L, S, backward);
   // bytes 0: the layer is GEMM-bound; TFLOP/s from the GEMM FLOPs is its figure of merit.
-  ExperimentSpec e = layer_experiment("decoder", dtype, B, L, backward, 0.0, flops);
+  ExperimentSpec e = layer_experiment("decoder", dtype, B, L, backward, 0.0, flops, /*keep_variant=*/true);
   add_gemm_layer_params(e.params, c, flops);
   e.params["src_len"] = S;
   e.prepare = [c, B, L, backward] {

@@ -86,7 +86,9 @@ PreparedExperiment prepare_embedding(const layers::EmbeddingLayerConfig& c,
        [s](cudaStream_t stream, bool retain_graph) {
          s->baseline->backward(s->dy.data(), s->tokens.data(), stream, retain_graph);
        },
-       [s](cudaStream_t stream) { s->managed->backward(s->dy.data(), s->tokens.data(), stream); }},
+       [s](cudaStream_t stream) { s->managed->backward(s->dy.data(), s->tokens.data(), stream); },
+       {},
+       {}},
       backward);
   p.state = st;
   return p;

@@ -43,6 +43,7 @@ struct EncoderPair {
   using Value = T;
   using Managed = layers::EncoderLayer;
   using Baseline = layers::BaselineEncoderLayer;
+  using ManagedOptions = layers::EncoderLayerOptions;
   using Data = LayerData<T>;
   static const char* layer() { return "encoder"; }
   static constexpr std::uint64_t dropout_offsets() { return layers::kEncoderLayerDropoutOffsets; }
@@ -62,7 +63,8 @@ struct EncoderPair {
 
 template <class T>
 PreparedExperiment prepare_timing(const LayerConfig& c, std::int64_t B, std::int64_t L, bool backward) {
-  auto state = std::make_shared<PairTimingState<EncoderPair<T>>>(c, static_cast<std::size_t>(B * L));
+  auto state =
+      std::make_shared<PairTimingState<EncoderPair<T>>>(c, static_cast<std::size_t>(B * L), backward);
   PreparedExperiment p = time_pair(pair_work(*state, B, L), backward);
   p.state = state;
   return p;
@@ -73,7 +75,7 @@ ExperimentSpec timing_experiment(DType dtype, int tokens, int max_len, int L, bo
   const std::int64_t B = tokens / L;
   const double flops = encoder_layer_gemm_flops(c, B, L, backward);
   // bytes 0: the layer is GEMM-bound; TFLOP/s from the GEMM FLOPs is its figure of merit.
-  ExperimentSpec e = layer_experiment("encoder", dtype, B, L, backward, 0.0, flops);
+  ExperimentSpec e = layer_experiment("encoder", dtype, B, L, backward, 0.0, flops, /*keep_variant=*/true);
   add_gemm_layer_params(e.params, c, flops);
   e.prepare = [c, B, L, backward] {
     return dispatch_dtype(c.dtype,

@@ -53,6 +53,7 @@ struct EncoderStackPair {
   using Value = T;
   using Managed = layers::EncoderStack;
   using Baseline = layers::BaselineEncoderStack;
+  using ManagedOptions = layers::EncoderStackOptions;
   using Data = StackData<T>;
   static const char* layer() { return "encoder_stack"; }
   static constexpr std::uint64_t dropout_offsets() {

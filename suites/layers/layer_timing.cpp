@@ -23,6 +23,10 @@ PreparedExperiment time_pair(const PairWork& work, bool backward) {
     work.managed_forward(nullptr);
     p.variants = {[f = work.baseline_backward](cudaStream_t stream) { f(stream, true); },
                   work.managed_backward};
+    if (work.managed_keep_backward) {
+      work.managed_keep_forward(nullptr);
+      p.variants.push_back(work.managed_keep_backward);
+    }
   }
   // One run of each before timing (GEMM plans, the caching allocator's first blocks).
   for (const Work& w : p.variants) w(nullptr);
@@ -31,7 +35,7 @@ PreparedExperiment time_pair(const PairWork& work, bool backward) {
 }
 
 ExperimentSpec layer_experiment(const std::string& layer, DType dtype, std::int64_t batch, std::int64_t len,
-                                bool backward, double bytes, double flops) {
+                                bool backward, double bytes, double flops, bool keep_variant) {
   ExperimentSpec e;
   e.name = layer + (backward ? "_bwd/" : "_fwd/") + std::string(dtype_name(dtype)) +
            "/B=" + std::to_string(batch) + ",L=" + std::to_string(len);
@@ -43,6 +47,7 @@ ExperimentSpec layer_experiment(const std::string& layer, DType dtype, std::int6
               {"tokens", batch * len}};
   e.baseline = "baseline";
   e.variants = {{"baseline", bytes, flops}, {"managed", bytes, flops}};
+  if (backward && keep_variant) e.variants.push_back({"managed_keep", bytes, flops});
   return e;
 }
 

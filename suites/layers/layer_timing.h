@@ -52,6 +52,7 @@ template <class Managed, class Baseline>
 struct LayerPair : PairAllocators {
   std::unique_ptr<Managed> managed;
   std::unique_ptr<Baseline> baseline;
+  std::unique_ptr<Managed> managed_keep;  // Recompute::none; backward experiments of a Pair only
 };
 
 // What a timing experiment runs of its pair on a stream; baseline_backward's flag is retain_graph.
@@ -59,11 +60,16 @@ struct PairWork {
   Work baseline_forward, managed_forward;
   std::function<void(cudaStream_t, bool)> baseline_backward;
   Work managed_backward;
+  // The encoder's and decoder's backward experiments: the managed layer with Recompute::none (it
+  // keeps the dropped probabilities and FFN activations that the default redraws in its backward;
+  // layers/layer_run.h), variant "managed_keep", which prices the recomputation. Empty elsewhere.
+  Work managed_keep_forward, managed_keep_backward;
 };
 
 // The variants {baseline, managed} of a timing experiment: the forwards (backward false), or the
 // backwards after one forward of each here (backward true; the baseline's with retain_graph =
-// true, so that it keeps its graph and every timed backward does the same work). Runs each
+// true, so that it keeps its graph and every timed backward does the same work), then
+// managed_keep's backward when the work has one. Runs each
 // variant once before timing (GEMM plans, the caching allocator's first blocks) and synchronizes.
 // The caller sets the result's state.
 PreparedExperiment time_pair(const PairWork& work, bool backward);
@@ -72,10 +78,11 @@ PreparedExperiment time_pair(const PairWork& work, bool backward);
 
 // The part every layer experiment shares: name "<layer>_<fwd|bwd>/<dtype>/B=<batch>,L=<len>";
 // params layer, direction, dtype, batch, seq_len, tokens (batch·len); baseline "baseline";
-// variants "baseline" and "managed", both with the given bytes and flops. The caller adds its
-// layer's params, inputs and prepare.
+// variants "baseline" and "managed", both with the given bytes and flops, and for a backward with
+// keep_variant "managed_keep" too (PairWork::managed_keep_backward). The caller adds its layer's
+// params, inputs and prepare.
 ExperimentSpec layer_experiment(const std::string& layer, DType dtype, std::int64_t batch, std::int64_t len,
-                                bool backward, double bytes, double flops);
+                                bool backward, double bytes, double flops, bool keep_variant = false);
 
 // The params of a GEMM-bound layer (encoder, decoder): model "transformer-big", hidden, ffn, heads,
 // pre_layer_norm, activation, attn_dropout, activation_dropout, hidden_dropout, max_batch_tokens,
@@ -117,6 +124,7 @@ std::vector<CheckResult> checks_for_layer_dtypes(F&& f) {
 // baseline, both constructed as Layer(config, weights, grads, allocator), and how to run them:
 //   using Value;     the element type T
 //   using Managed, Baseline;
+//   using ManagedOptions;  the Managed constructor's options (with a `recompute` field)
 //   using Data;      Data(config, rows): parameters (weights, grad_views) and inputs/outputs for up
 //                    to `rows` target tokens
 //   static const char* layer();                        "encoder", "decoder"
@@ -128,15 +136,22 @@ std::vector<CheckResult> checks_for_layer_dtypes(F&& f) {
 //   static void backward(Managed&, Data&, cudaStream_t);
 //   static void backward(Baseline&, Data&, cudaStream_t, bool retain_graph);
 
-// A timing experiment's state for a Pair: its data for `rows` tokens and both layers.
+// A timing experiment's state for a Pair: its data for `rows` tokens and both layers, and with
+// `keep` (backward experiments) the managed layer with Recompute::none as well.
 template <class Pair>
 struct PairTimingState : LayerPair<typename Pair::Managed, typename Pair::Baseline> {
   typename Pair::Data data;
 
-  PairTimingState(const layers::LayerConfig& c, std::size_t rows) : data(c, rows) {
+  PairTimingState(const layers::LayerConfig& c, std::size_t rows, bool keep) : data(c, rows) {
     this->managed =
         std::make_unique<typename Pair::Managed>(c, data.weights, data.grad_views, this->managed_counter);
     this->baseline = std::make_unique<typename Pair::Baseline>(c, data.weights, data.grad_views, this->cache);
+    if (keep) {
+      typename Pair::ManagedOptions o;
+      o.recompute = layers::Recompute::none;
+      this->managed_keep = std::make_unique<typename Pair::Managed>(c, data.weights, data.grad_views,
+                                                                    this->managed_counter, o);
+    }
   }
 };
 
@@ -145,12 +160,21 @@ template <class Pair>
 PairWork pair_work(PairTimingState<Pair>& state, std::int64_t batch, std::int64_t len) {
   PairTimingState<Pair>* s = &state;
   const auto b = static_cast<std::size_t>(batch), l = static_cast<std::size_t>(len);
-  return {[s, b, l](cudaStream_t stream) { Pair::forward(*s->baseline, s->data, b, l, 0, stream); },
-          [s, b, l](cudaStream_t stream) { Pair::forward(*s->managed, s->data, b, l, 0, stream); },
-          [s](cudaStream_t stream, bool retain_graph) {
-            Pair::backward(*s->baseline, s->data, stream, retain_graph);
-          },
-          [s](cudaStream_t stream) { Pair::backward(*s->managed, s->data, stream); }};
+  PairWork w{[s, b, l](cudaStream_t stream) { Pair::forward(*s->baseline, s->data, b, l, 0, stream); },
+             [s, b, l](cudaStream_t stream) { Pair::forward(*s->managed, s->data, b, l, 0, stream); },
+             [s](cudaStream_t stream, bool retain_graph) {
+               Pair::backward(*s->baseline, s->data, stream, retain_graph);
+             },
+             [s](cudaStream_t stream) { Pair::backward(*s->managed, s->data, stream); },
+             {},
+             {}};
+  if (s->managed_keep) {
+    w.managed_keep_forward = [s, b, l](cudaStream_t stream) {
+      Pair::forward(*s->managed_keep, s->data, b, l, 0, stream);
+    };
+    w.managed_keep_backward = [s](cudaStream_t stream) { Pair::backward(*s->managed_keep, s->data, stream); };
+  }
+  return w;
 }
 
 // --- Fig. 20: the memory loop ------------------------------------------------------------------

@@ -248,6 +248,68 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   }
 }
 
+// Recompute::pointwise (the default: the backward redraws the dropped probabilities of both
+// attentions and the FFN activation) against Recompute::none (the forward keeps them, as
+// LightSeq2 does): the same kernels on the same inputs and Philox streams, so y, dx,
+// d_encoder_out and every parameter gradient are the same bits. Each run poisons its outputs with
+// a different byte (0xFF, 0x7F), so an element neither writes cannot pass. Every case and dtype of
+// the reference test, dropout on and off.
+template <class T>
+void expect_recompute_is_bitwise_the_kept_path(const Case& cs, std::uint64_t seed) {
+  const DType dtype = DTypeTraits<T>::dtype;
+  SCOPED_TRACE(describe_case(cs, dtype));
+  const int B = cs.batch, L = cs.len, S = cs.src_len, H = cs.hidden;
+  const std::size_t rows = static_cast<std::size_t>(B * L), src_rows = static_cast<std::size_t>(B * S);
+  const std::size_t Hs = static_cast<std::size_t>(H);
+  const LayerConfig config = case_config(B * std::max(L, S) + 5, std::max(L, S) + 2, H, cs.heads, cs.ffn,
+                                         cs.pre, cs.activation, cs.dropout, dtype);
+  const std::vector<DecoderTensorShape> shapes = decoder_layer_parameter_shapes(config);
+  std::vector<std::size_t> offsets;
+  std::uint64_t s = seed;
+  const std::vector<T> params = random_parameters<T>(shapes, s, offsets);
+  DeviceBuffer<T> d_params(params), d_x(random_values<T>(rows * Hs, ++s, -1.0f, 1.0f)),
+      d_enc(random_values<T>(src_rows * Hs, ++s, -1.0f, 1.0f)),
+      d_dy(random_values<T>(rows * Hs, ++s, -1.0f, 1.0f));
+  const std::vector<std::int32_t> tl(cs.target_lengths.begin(), cs.target_lengths.end());
+  const std::vector<std::int32_t> sl(cs.source_lengths.begin(), cs.source_lengths.end());
+  DeviceBuffer<std::int32_t> d_tl(tl), d_sl(sl);
+  CudaAllocator cuda;
+  Stream stream;
+  struct Result {
+    std::vector<T> y, dx, denc, grads;
+  };
+  const auto run = [&](Recompute recompute, unsigned char poison) {
+    DeviceBuffer<T> d_grads(params.size()), d_y(rows * Hs), d_dx(rows * Hs), d_denc(src_rows * Hs);
+    for (DeviceBuffer<T>* b : {&d_grads, &d_y, &d_dx, &d_denc}) b->fill_bytes(poison);
+    DecoderLayerWeights weights;
+    DecoderLayerGrads grads;
+    point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
+    DecoderLayerOptions options;
+    options.recompute = recompute;
+    DecoderLayer layer(config, weights, grads, cuda, options);
+    layer.forward(d_y.data(), d_x.data(), d_enc.data(), static_cast<std::size_t>(B),
+                  static_cast<std::size_t>(L), static_cast<std::size_t>(S),
+                  tl.empty() ? nullptr : d_tl.data(), sl.empty() ? nullptr : d_sl.data(), seed ^ 0xdec0deull,
+                  3, stream.get());
+    layer.backward(d_dx.data(), d_denc.data(), d_dy.data(), d_x.data(), d_enc.data(), stream.get());
+    stream.synchronize();
+    return Result{d_y.copy_to_host(), d_dx.copy_to_host(), d_denc.copy_to_host(), d_grads.copy_to_host()};
+  };
+  const Result kept = run(Recompute::none, 0xFF);
+  const Result redrawn = run(Recompute::pointwise, 0x7F);
+  EXPECT_TRUE(operators::check_util::same_bits(redrawn.y, kept.y)) << "y";
+  EXPECT_TRUE(operators::check_util::same_bits(redrawn.dx, kept.dx)) << "dx";
+  EXPECT_TRUE(operators::check_util::same_bits(redrawn.denc, kept.denc)) << "d_encoder_out";
+  EXPECT_TRUE(operators::check_util::same_bits(redrawn.grads, kept.grads)) << "parameter gradients";
+}
+
+TEST(DecoderLayerGpu, RecomputedBackwardIsBitwiseTheKeptOne) {
+  SEQBENCH_REQUIRE_GPU();
+  for_each_dtype_and_case(cases(), kSeed + 1000, [](const Case& c, std::uint64_t seed, auto tag) {
+    expect_recompute_is_bitwise_the_kept_path<decltype(tag)>(c, seed);
+  });
+}
+
 // The baseline's caching allocator: a repeated step of a shape it has seen reaches the device for
 // nothing and repeats bitwise (y, dx, d_encoder_out, the gradients); a retained graph gives the
 // same gradients on a second backward, which allocates nothing new; a backward without

@@ -5,6 +5,10 @@
 // is a planning or wiring fault of the stack: a hidden state read from the wrong slot, a
 // temporary overwritten while live, a layer run with the wrong parameters or dropout stream.
 // EncoderLayer itself is checked against the CPU reference in encoder_layer_test.cu.
+// The managed comparison runs twice, with opposite Recompute choices (layers/layer_run.h) on the
+// two sides: chained layers that keep the dropped probabilities and FFN activations (none)
+// against a stack that redraws them in the backward (pointwise), and the other way round; the
+// results are promised bitwise equal either way, so this also checks the recomputation.
 // Also: steady-state steps allocate nothing, and a repeated step is bitwise equal. The eager
 // BaselineEncoderStack is checked the same way against BaselineEncoderLayers chained by hand.
 #include <gtest/gtest.h>
@@ -71,10 +75,16 @@ struct LayerParams {
   }
 };
 
+// `chained` is the hand-chained EncoderLayers' Recompute, `stacked` the EncoderStack's (managed
+// only).
 template <class T>
-void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
+void run_case(const Case& cs, std::uint64_t seed, bool baseline, Recompute chained = Recompute::pointwise,
+              Recompute stacked = Recompute::pointwise) {
   const DType dtype = DTypeTraits<T>::dtype;
-  SCOPED_TRACE(std::string(baseline ? "baseline " : "") + describe(cs, dtype));
+  SCOPED_TRACE(std::string(baseline ? "baseline " : "") + describe(cs, dtype) +
+               (baseline ? ""
+                         : std::string(" chained recompute=") + recompute_name(chained) +
+                               " stack recompute=" + recompute_name(stacked)));
   const std::size_t B = static_cast<std::size_t>(cs.batch), L = static_cast<std::size_t>(cs.len);
   const std::size_t n = static_cast<std::size_t>(cs.layers);
   const std::size_t TH = B * L * static_cast<std::size_t>(cs.hidden);
@@ -128,6 +138,7 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
         o.causal = cs.causal;
         o.prefix = "enc" + std::to_string(i) + ".";
         o.gemm = &gemm;
+        o.recompute = chained;
         managed.push_back(std::make_unique<EncoderLayer>(config, chained_params[i]->weights,
                                                          chained_params[i]->grad_views, counter, o));
       }
@@ -183,6 +194,7 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
     EncoderStackOptions o;
     o.causal = cs.causal;
     o.gemm = &gemm;
+    o.recompute = stacked;
     EncoderStack stack(config, weights, grads, counter, o);
     EXPECT_EQ(counter.stats().allocations, 1u);
     step(stack);
@@ -206,7 +218,8 @@ std::vector<Case> cases() {
 TEST(EncoderStackGpu, EqualsChainedLayersBitwise) {
   SEQBENCH_REQUIRE_GPU();
   for_each_dtype_and_case(cases(), 31337, [](const Case& c, std::uint64_t seed, auto tag) {
-    run_case<decltype(tag)>(c, seed, false);
+    run_case<decltype(tag)>(c, seed, false, Recompute::none, Recompute::pointwise);
+    run_case<decltype(tag)>(c, seed, false, Recompute::pointwise, Recompute::none);
   });
 }
 

@@ -4,7 +4,9 @@
 // check runs before any CUDA call).
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -29,9 +31,10 @@ using namespace layer_test;
 struct LayerOps {
   std::vector<std::string> forward, backward;
 };
-LayerOps layer_ops(const LayerConfig& c, int i) {
+LayerOps layer_ops(const LayerConfig& c, int i, Recompute recompute) {
   EncoderLayerOptions o;
   o.prefix = "enc" + std::to_string(i) + ".";
+  o.recompute = recompute;
   std::vector<std::string> ops;
   int forward_ops = 0;
   encoder_layer_lifetimes(c, o, &ops, &forward_ops);
@@ -50,45 +53,49 @@ const TensorLifetime& find(const std::vector<TensorLifetime>& tensors, const std
 TEST(EncoderStackValidation, OpsAreTheLayersForwardsThenTheirBackwardsInReverse) {
   for (const bool pre : {true, false}) {
     for (const double attn_dropout : {0.0, 0.1}) {
-      const LayerConfig c = small_config(pre, attn_dropout);
-      SCOPED_TRACE(variant_name(pre, attn_dropout));
-      const int n = 3;
-      std::vector<std::string> ops;
-      EncoderStackSteps steps;
-      const std::vector<TensorLifetime> tensors = encoder_stack_lifetimes(c, n, {}, &ops, &steps);
-      std::vector<std::string> want;
-      for (int i = 0; i < n; ++i) {
-        EXPECT_EQ(steps.forward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
-        const LayerOps l = layer_ops(c, i);
-        want.insert(want.end(), l.forward.begin(), l.forward.end());
+      for (const Recompute recompute : {Recompute::none, Recompute::pointwise}) {
+        const LayerConfig c = small_config(pre, attn_dropout);
+        SCOPED_TRACE(variant_name(pre, attn_dropout) + " recompute=" + recompute_name(recompute));
+        const int n = 3;
+        std::vector<std::string> ops;
+        EncoderStackSteps steps;
+        EncoderStackOptions options;
+        options.recompute = recompute;
+        const std::vector<TensorLifetime> tensors = encoder_stack_lifetimes(c, n, options, &ops, &steps);
+        std::vector<std::string> want;
+        for (int i = 0; i < n; ++i) {
+          EXPECT_EQ(steps.forward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
+          const LayerOps l = layer_ops(c, i, recompute);
+          want.insert(want.end(), l.forward.begin(), l.forward.end());
+        }
+        EXPECT_EQ(steps.forward_steps, static_cast<int>(want.size()));
+        for (int i = n - 1; i >= 0; --i) {
+          EXPECT_EQ(steps.backward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
+          const LayerOps l = layer_ops(c, i, recompute);
+          want.insert(want.end(), l.backward.begin(), l.backward.end());
+        }
+        EXPECT_EQ(ops, want);
+        // The hidden states: layer i's output lives from its forward's last op into layer i+1's
+        // backward (which reads its input) and ends before layer i's backward; the gradients from
+        // layer i+1's backward into layer i's, and no further.
+        for (int i = 0; i + 1 < n; ++i) {
+          const std::string p = "enc" + std::to_string(i) + ".";
+          const TensorLifetime& out = find(tensors, p + "out");
+          EXPECT_EQ(out.first_step, steps.forward_start[static_cast<std::size_t>(i) + 1] - 1);
+          EXPECT_GE(out.last_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
+          const int layer_i_backward_end =
+              i > 0 ? steps.backward_start[static_cast<std::size_t>(i) - 1] : static_cast<int>(ops.size());
+          // Layer i's own backward never reads its output: the last reader is layer i+1's backward.
+          EXPECT_LT(out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
+          const TensorLifetime& d_out = find(tensors, p + "d_out");
+          EXPECT_GE(d_out.first_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
+          EXPECT_GE(d_out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
+          EXPECT_LT(d_out.last_step, layer_i_backward_end);
+          EXPECT_EQ(out.bytes, 64u * 12u * 2u);
+        }
+        EXPECT_EQ(find(tensors, "enc.gemm_workspace").bytes, kGemmWorkspaceBytes);
+        EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
       }
-      EXPECT_EQ(steps.forward_steps, static_cast<int>(want.size()));
-      for (int i = n - 1; i >= 0; --i) {
-        EXPECT_EQ(steps.backward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
-        const LayerOps l = layer_ops(c, i);
-        want.insert(want.end(), l.backward.begin(), l.backward.end());
-      }
-      EXPECT_EQ(ops, want);
-      // The hidden states: layer i's output lives from its forward's last op into layer i+1's
-      // backward (which reads its input) and ends before layer i's backward; the gradients from
-      // layer i+1's backward into layer i's, and no further.
-      for (int i = 0; i + 1 < n; ++i) {
-        const std::string p = "enc" + std::to_string(i) + ".";
-        const TensorLifetime& out = find(tensors, p + "out");
-        EXPECT_EQ(out.first_step, steps.forward_start[static_cast<std::size_t>(i) + 1] - 1);
-        EXPECT_GE(out.last_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
-        const int layer_i_backward_end =
-            i > 0 ? steps.backward_start[static_cast<std::size_t>(i) - 1] : static_cast<int>(ops.size());
-        // Layer i's own backward never reads its output: the last reader is layer i+1's backward.
-        EXPECT_LT(out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
-        const TensorLifetime& d_out = find(tensors, p + "d_out");
-        EXPECT_GE(d_out.first_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
-        EXPECT_GE(d_out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
-        EXPECT_LT(d_out.last_step, layer_i_backward_end);
-        EXPECT_EQ(out.bytes, 64u * 12u * 2u);
-      }
-      EXPECT_EQ(find(tensors, "enc.gemm_workspace").bytes, kGemmWorkspaceBytes);
-      EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
     }
   }
 }
@@ -97,14 +104,24 @@ TEST(EncoderStackValidation, EveryLayersTensorsAreTheLayersOwn) {
   // Each layer of the stack plans exactly the tensors (names, bytes) an EncoderLayer with its
   // prefix plans, apart from the externals and the GEMM workspace the stack shares.
   const LayerConfig c = small_config();
-  const std::vector<TensorLifetime> stack = encoder_stack_lifetimes(c, 2);
-  for (int i = 0; i < 2; ++i) {
-    EncoderLayerOptions o;
-    o.prefix = "enc" + std::to_string(i) + ".";
-    for (const TensorLifetime& t : encoder_layer_lifetimes(c, o)) {
-      if (t.external || t.name == o.prefix + "gemm_workspace") continue;
-      EXPECT_EQ(find(stack, t.name).bytes, t.bytes) << t.name;
+  for (const Recompute recompute : {Recompute::none, Recompute::pointwise}) {
+    SCOPED_TRACE(recompute_name(recompute));
+    EncoderStackOptions so;
+    so.recompute = recompute;
+    const std::vector<TensorLifetime> stack = encoder_stack_lifetimes(c, 2, so);
+    std::size_t layer_tensors = 0;
+    for (int i = 0; i < 2; ++i) {
+      EncoderLayerOptions o;
+      o.prefix = "enc" + std::to_string(i) + ".";
+      o.recompute = recompute;
+      for (const TensorLifetime& t : encoder_layer_lifetimes(c, o)) {
+        if (t.external || t.name == o.prefix + "gemm_workspace") continue;
+        EXPECT_EQ(find(stack, t.name).bytes, t.bytes) << t.name;
+        ++layer_tensors;
+      }
     }
+    // Besides: 4 externals, the shared workspace, one hidden state and its gradient.
+    EXPECT_EQ(stack.size(), layer_tensors + 7);
   }
 }
 
@@ -131,15 +148,58 @@ TEST(EncoderStackValidation, DeepStacksPlanAtTheLowerBoundBelowSeparateLayers) {
     const std::size_t layer_block = plan_memory(encoder_layer_lifetimes(c)).block_bytes;
     SCOPED_TRACE(name);
     // No plan beats the most bytes live at one step, and the greedy planner reaches it for these
-    // stacks; separate layers pay n full blocks. (Most of a layer's block is what its forward
-    // keeps for its backward, which a stack keeps n times too: the saving is the backward's
-    // temporaries and the forward's scratch, about 15% for both presets.)
+    // stacks; separate layers pay n full blocks. (What a layer's forward keeps for its backward
+    // a stack keeps n times too: the saving is the backward's temporaries and the forward's
+    // scratch, which every layer of a stack shares.)
     const std::size_t bound = max_live_bytes(stack, /*padded=*/true);
     EXPECT_EQ(stack_block, bound);
     EXPECT_LT(stack_block, static_cast<std::size_t>(n) * layer_block);
     std::printf("%s: %d layers, stack block %.1f MiB (lower bound %.1f), %d layer blocks %.1f MiB\n", name, n,
                 static_cast<double>(stack_block) / (1 << 20), static_cast<double>(bound) / (1 << 20), n,
                 static_cast<double>(static_cast<std::size_t>(n) * layer_block) / (1 << 20));
+  }
+}
+
+TEST(EncoderStackValidation, RecomputeShrinksTheStackByWhatEachLayerNoLongerKeeps) {
+  // Recompute::pointwise keeps neither the dropped probabilities (B·N·L² elements at the planned
+  // maximum) nor the FFN activation (T·F) of any layer: the stack's block shrinks by that much for
+  // every layer but the one whose backward is running (the redrawn copies live there) and at most
+  // the one before it. The layers suite's shape (transformer-big at 8192 tokens, L <= 256, fp16,
+  // Fig. 20's stack) and the preset maxima; host only.
+  struct Shape {
+    const char* name;
+    int tokens, max_len;
+  };
+  for (const Shape& shape :
+       {Shape{"transformer-big", 8192, 256}, Shape{"transformer-big", 0, 0}, Shape{"bert-large", 0, 0}}) {
+    const ModelPreset& m = preset(shape.name);
+    LayerConfig c = m.layer;
+    if (shape.tokens > 0) {
+      c.max_batch_tokens = shape.tokens;
+      c.max_seq_len = shape.max_len;
+    }
+    c.dtype = DType::f16;
+    const int n = m.encoder_layers;
+    SCOPED_TRACE(std::string(shape.name) + " tokens " + std::to_string(c.max_batch_tokens));
+    ASSERT_GT(c.attn_dropout, 0.0);
+    EncoderStackOptions keep, redraw;
+    keep.recompute = Recompute::none;
+    redraw.recompute = Recompute::pointwise;
+    const std::size_t kept_block = plan_memory(encoder_stack_lifetimes(c, n, keep)).block_bytes;
+    const std::size_t redrawn_block = plan_memory(encoder_stack_lifetimes(c, n, redraw)).block_bytes;
+    const std::size_t per_layer =
+        align_up(encoder_layer_max_score_elements(c) * static_cast<std::size_t>(c.heads) * 2,
+                 kBlockAlignment) +
+        align_up(static_cast<std::size_t>(c.max_batch_tokens) * static_cast<std::size_t>(c.ffn) * 2,
+                 kBlockAlignment);
+    ASSERT_LT(redrawn_block, kept_block);
+    EXPECT_GE(kept_block - redrawn_block, static_cast<std::size_t>(n - 2) * per_layer);
+    EXPECT_LE(kept_block - redrawn_block, static_cast<std::size_t>(n) * per_layer);
+    std::printf(
+        "%s, %d tokens, L <= %d, %d layers: stack block %.1f MiB keeping, %.1f MiB recomputing "
+        "(%.1f MiB a layer not kept)\n",
+        shape.name, c.max_batch_tokens, c.max_seq_len, n, static_cast<double>(kept_block) / (1 << 20),
+        static_cast<double>(redrawn_block) / (1 << 20), static_cast<double>(per_layer) / (1 << 20));
   }
 }
 

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "layers/device_allocator.h"
 #include "layers/embedding_layer.h"
 #include "layers/encoder_layer.h"
+#include "layers/layer_run.h"
 #include "layers/memory_planner.h"
 #include "tests/layers/fake_allocators.h"
 #include "tests/layers/layer_params.h"
@@ -59,6 +62,80 @@ inline std::set<std::string> names_of(const std::vector<TensorLifetime>& tensors
   std::set<std::string> names;
   for (const TensorLifetime& t : tensors) names.insert(t.name);
   return names;
+}
+
+// One dry-run tensor by name (a test failure, and a throw, when it is missing).
+inline const TensorLifetime& lifetime_of(const std::vector<TensorLifetime>& tensors,
+                                         const std::string& name) {
+  for (const TensorLifetime& t : tensors)
+    if (t.name == name) return t;
+  ADD_FAILURE() << "no tensor " << name << " in the dry run";
+  throw std::runtime_error("no tensor " + name);
+}
+
+// The step of op `name` in a dry run, or -1.
+inline int step_of(const std::vector<std::string>& ops, const std::string& name) {
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+// What Recompute (layers/layer_run.h) does to one attention sub-layer's dry run ("<prefix>attn.",
+// "<prefix>self.", "<prefix>cross."): with attention dropout under pointwise, the forward's
+// probs_dropped dies in the forward and the backward redraws it into probs_redropped (as large)
+// at an op right before context_gemm_bwd; otherwise probs_dropped (if any) lives into the backward
+// and nothing is redrawn.
+inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensors,
+                                       const std::vector<std::string>& ops, int forward_ops,
+                                       const std::string& attention, bool attn_dropout, bool pointwise) {
+  SCOPED_TRACE(attention);
+  const bool redraws = attn_dropout && pointwise;
+  const std::set<std::string> names = names_of(tensors);
+  ASSERT_EQ(names.count(attention + "probs_redropped"), redraws ? 1u : 0u);
+  const int recompute = step_of(ops, attention + "probs_dropout_recompute");
+  const int context_bwd = step_of(ops, attention + "context_gemm_bwd");
+  ASSERT_GE(context_bwd, forward_ops);
+  if (!attn_dropout) {
+    EXPECT_EQ(recompute, -1);
+    return;
+  }
+  const TensorLifetime& dropped = lifetime_of(tensors, attention + "probs_dropped");
+  if (redraws) {
+    EXPECT_EQ(recompute, context_bwd - 1);
+    EXPECT_LT(dropped.last_step, forward_ops);  // a forward temporary now
+    const TensorLifetime& redropped = lifetime_of(tensors, attention + "probs_redropped");
+    EXPECT_EQ(redropped.bytes, dropped.bytes);
+    EXPECT_EQ(redropped.first_step, recompute);
+    EXPECT_EQ(redropped.last_step, context_bwd);
+  } else {
+    EXPECT_EQ(recompute, -1);
+    EXPECT_EQ(dropped.last_step, context_bwd);  // kept for the context GEMM's backward
+  }
+}
+
+// The same for the FFN sub-layer ("<prefix>ffn."): under pointwise the forward's act_out dies in
+// the forward and the backward recomputes it into act_recomputed right before ff2_gemm_bwd.
+inline void expect_ffn_recompute(const std::vector<TensorLifetime>& tensors,
+                                 const std::vector<std::string>& ops, int forward_ops, const std::string& ffn,
+                                 bool pointwise) {
+  SCOPED_TRACE(ffn);
+  const std::set<std::string> names = names_of(tensors);
+  ASSERT_EQ(names.count(ffn + "act_recomputed"), pointwise ? 1u : 0u);
+  const int recompute = step_of(ops, ffn + "bias_act_dropout_recompute");
+  const int ff2_bwd = step_of(ops, ffn + "ff2_gemm_bwd");
+  ASSERT_GE(ff2_bwd, forward_ops);
+  const TensorLifetime& act_out = lifetime_of(tensors, ffn + "act_out");
+  if (pointwise) {
+    EXPECT_EQ(recompute, ff2_bwd - 1);
+    EXPECT_LT(act_out.last_step, forward_ops);
+    const TensorLifetime& again = lifetime_of(tensors, ffn + "act_recomputed");
+    EXPECT_EQ(again.bytes, act_out.bytes);
+    EXPECT_EQ(again.first_step, recompute);
+    EXPECT_EQ(again.last_step, ff2_bwd);
+  } else {
+    EXPECT_EQ(recompute, -1);
+    EXPECT_EQ(act_out.last_step, ff2_bwd);
+  }
 }
 
 // Weights and grads of an encoder or decoder layer (EncoderLayerWeights/Grads or
