@@ -284,6 +284,9 @@ void Eager<T>::attention_backward(AttentionSaved& s, T* d_x, T* d_kv_source, con
   drop(s.probs_dropped);
   EagerTensor d_probs_buf;
   const T* d_probs = dropout_bwd(d_probs_buf, s.probs_mask, d_probs_dropped.as<T>(), S, dropouts.first.p);
+  // Autograd releases the dropout node's incoming gradient when the node returns, before the
+  // softmax backward allocates; with p = 0 there is no node and d_probs is that gradient.
+  if (attn_drop) d_probs_dropped.reset();
   EagerTensor d_scores = tensor(S);
   {
     const std::size_t need = kernels::softmax_unfused_backward_workspace_bytes(c.dtype, softmax_shape(Lk));
@@ -379,6 +382,9 @@ void Eager<T>::ffn_backward(FfnSaved& s, T* d_x, const T* d_out, const T* x, con
   drop(s.act_out);
   EagerTensor d_act_buf;
   const T* d_act = dropout_bwd(d_act_buf, s.act_mask, d_act_dropped.as<T>(), T_ * F, dropouts.first.p);
+  // As in the attention backward: autograd frees the dropout node's incoming gradient before the
+  // activation backward allocates (with p = 0, d_act is that gradient and stays).
+  if (dropouts.first.p != 0.0f) d_act_dropped.reset();
   EagerTensor d_fc1 = tensor(T_ * F);
   kernels::launch_activation_bwd<T>(d_fc1.as<T>(), d_act, s.fc1_out.as<T>(), T_, F,
                                     kernel_activation(c.activation), stream);
