@@ -133,14 +133,17 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& id, TensorId d_o
   std::vector<TensorId> heads = {id.q_heads};
   if (cross) heads.push_back(id.kv_heads);
   const TensorId dv_heads = cross ? id.d_kv_heads : id.d_q_heads;
-  std::vector<TensorId> context_reads = {id.d_ctx_heads, context_probs};
-  context_reads.insert(context_reads.end(), heads.begin(), heads.end());
+  // The context GEMM's two backward GEMMs as two ops, dV first: the probabilities it reads die
+  // there, before dP (as large) is written, so the two need not be live at once.
+  plan.gemm_op(a + "context_gemm_bwd_dv", {id.d_ctx_heads, context_probs}, {dv_heads});
+  std::vector<TensorId> dp_reads = {id.d_ctx_heads};
+  dp_reads.insert(dp_reads.end(), heads.begin(), heads.end());
   if (attn_drop) {
     id.d_probs_dropped = plan.act(a + "d_probs_dropped", plan.scores());
-    plan.gemm_op(a + "context_gemm_bwd", context_reads, {dv_heads, id.d_probs_dropped});
+    plan.gemm_op(a + "context_gemm_bwd_dp", dp_reads, {id.d_probs_dropped});
     plan.op(a + "probs_dropout_bwd", {id.d_probs_dropped}, {id.d_probs});
   } else {
-    plan.gemm_op(a + "context_gemm_bwd", context_reads, {dv_heads, id.d_probs});
+    plan.gemm_op(a + "context_gemm_bwd_dp", dp_reads, {id.d_probs});
   }
   plan.op(a + "softmax_bwd", {id.d_probs, id.probs}, {id.d_probs});
   std::vector<TensorId> scores_reads = {id.d_probs};
@@ -312,7 +315,7 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
     kernels::launch_dropout_fwd<T>(r.act(ids.probs_redropped, s.S), r.act(ids.probs, s.S),
                                    static_cast<std::size_t>(s.S), dropout.first, nullptr, 0, stream);
   }
-  r.op(n + "context_gemm_bwd");
+  r.op(n + "context_gemm_bwd_dv");
   const T* q_heads = r.act(ids.q_heads, s.P * s.rows * s.H);
   const T* q = q_heads;
   const T* k = s.cross ? nullptr : q_heads + s.rows * s.H;  // cross: set below (q_heads is Q alone)
@@ -338,11 +341,12 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
   }
   const TensorId context_probs_id =
       ids.probs_redropped != kNoTensor ? ids.probs_redropped : (s.attn_drop ? ids.probs_dropped : ids.probs);
-  const T* context_probs = r.act(context_probs_id, s.S);
+  // dV = P_dropᵀ · dC, then (its own op, so that P_drop may die first) dP_drop = dC · Vᵀ, per
+  // (batch, head).
+  r.gemm(per_head(GemmOp::transpose, r.act(context_probs_id, s.S), s.Lq, s.Lk, GemmOp::none, d_ctx_heads,
+                  s.Lq, s.d, dv, s.B * s.N, 1.0f));
+  r.op(n + "context_gemm_bwd_dp");
   T* d_probs_first = r.act(s.attn_drop ? ids.d_probs_dropped : ids.d_probs, s.S);
-  // dV = P_dropᵀ · dC and dP_drop = dC · Vᵀ, per (batch, head).
-  r.gemm(per_head(GemmOp::transpose, context_probs, s.Lq, s.Lk, GemmOp::none, d_ctx_heads, s.Lq, s.d, dv,
-                  s.B * s.N, 1.0f));
   r.gemm(per_head(GemmOp::none, d_ctx_heads, s.Lq, s.d, GemmOp::transpose, v, s.Lk, s.d, d_probs_first,
                   s.B * s.N, 1.0f));
   T* d_probs = d_probs_first;

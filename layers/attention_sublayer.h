@@ -34,9 +34,11 @@
 //   forward  [ln] q_gemm q_bias_split [kv_gemm kv_bias_split] scores_gemm softmax
 //            [probs_dropout] context_gemm merge_heads out_gemm bias_dropout_residual [ln]
 //   backward [ln_bwd] bias_dropout_residual_bwd out_gemm_bwd ctx_split_bwd
-//            [probs_dropout_recompute] context_gemm_bwd [probs_dropout_bwd] softmax_bwd
-//            scores_gemm_bwd q_bias_split_bwd q_gemm_bwd [kv_bias_split_bwd kv_gemm_bwd] [ln_bwd]
-//            residual_add_bwd
+//            [probs_dropout_recompute] context_gemm_bwd_dv context_gemm_bwd_dp [probs_dropout_bwd]
+//            softmax_bwd scores_gemm_bwd q_bias_split_bwd q_gemm_bwd [kv_bias_split_bwd
+//            kv_gemm_bwd] [ln_bwd] residual_add_bwd
+// The context GEMM's backward is two ops, dV = P_dropᵀ·dC then dP_drop = dC·Vᵀ, so that the
+// probabilities dV reads die before dP_drop (as large) is written.
 // probs_dropout_recompute is there with attention dropout under Recompute::pointwise
 // (layers/layer_run.h): the forward's probs_dropped then dies at context_gemm, and the backward
 // redraws it (the same kernel on the same probs and stream) into probs_redropped.
@@ -97,7 +99,7 @@ struct AttentionIds {
   TensorId d_ctx = kNoTensor, d_ctx_heads = kNoTensor, d_q_heads = kNoTensor, d_kv_heads = kNoTensor;
   TensorId d_probs_dropped = kNoTensor, d_probs = kNoTensor, d_q = kNoTensor, q_ws = kNoTensor;
   // Recompute::pointwise with attention dropout: the backward's copy of probs_dropped, redrawn
-  // from probs (op probs_dropout_recompute, before context_gemm_bwd); kNoTensor otherwise, and
+  // from probs (op probs_dropout_recompute, before context_gemm_bwd_dv); kNoTensor otherwise, and
   // then the backward reads the forward's probs_dropped.
   TensorId probs_redropped = kNoTensor;
   TensorId d_q_in = kNoTensor, d_kv = kNoTensor, kv_ws = kNoTensor, d_ln_in = kNoTensor;

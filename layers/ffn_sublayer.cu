@@ -60,8 +60,11 @@ void record_ffn_backward(PlanBuilder& plan, FfnIds& id, TensorId d_out, TensorId
     plan.op(f + "bias_act_dropout_recompute", {id.ff1_raw}, {id.act_recomputed});
     act_out = id.act_recomputed;
   }
+  // fc2's weight gradient first, its input gradient second, as two ops: the activation it reads
+  // dies before d_act (as large) is written, so the two need not be live at once.
+  plan.gemm_op(f + "ff2_gemm_bwd_dw", {id.d_ff2_raw, act_out}, {});
   id.d_act = plan.act(f + "d_act", T * F);
-  plan.gemm_op(f + "ff2_gemm_bwd", {id.d_ff2_raw, act_out}, {id.d_act});
+  plan.gemm_op(f + "ff2_gemm_bwd_dx", {id.d_ff2_raw}, {id.d_act});
   id.d_ff1 = plan.act(f + "d_ff1", T * F);
   id.bad_ws = plan.bytes(f + "bias_act_dropout_bwd_ws", plan.bias_act_dropout_bwd_ws());
   plan.op(f + "bias_act_dropout_bwd", {id.d_act, id.ff1_raw}, {id.d_ff1, id.bad_ws});
@@ -136,11 +139,12 @@ void FfnSublayer<T>::backward(LayerRun<T>& r, T* d_x, const T* d_out, const T* x
                                             as<T>(w.fc1_bias), rows, F, kernel_activation(config.activation),
                                             dropout.first, stream);
   }
-  r.op(n + "ff2_gemm_bwd");
-  T* d_act = r.act(ids.d_act, rows * F);
+  r.op(n + "ff2_gemm_bwd_dw");
   const TensorId act_out = ids.act_recomputed != kNoTensor ? ids.act_recomputed : ids.act_out;
-  r.gemm(linear_dx(d_ff2, w.fc2_weight, d_act, rows, H, F));
   r.gemm(linear_dw(d_ff2, r.act(act_out, rows * F), g.fc2_weight, rows, H, F));
+  r.op(n + "ff2_gemm_bwd_dx");
+  T* d_act = r.act(ids.d_act, rows * F);
+  r.gemm(linear_dx(d_ff2, w.fc2_weight, d_act, rows, H, F));
   r.op(n + "bias_act_dropout_bwd");
   T* d_ff1 = r.act(ids.d_ff1, rows * F);
   {

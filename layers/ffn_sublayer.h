@@ -11,8 +11,10 @@
 //
 // Ops (after "<prefix><name>", name "ffn."):
 //   forward  [ln] ff1_gemm bias_act_dropout ff2_gemm bias_dropout_residual [ln]
-//   backward [ln_bwd] bias_dropout_residual_bwd [bias_act_dropout_recompute] ff2_gemm_bwd
-//            bias_act_dropout_bwd ff1_gemm_bwd [ln_bwd] residual_add_bwd
+//   backward [ln_bwd] bias_dropout_residual_bwd [bias_act_dropout_recompute] ff2_gemm_bwd_dw
+//            ff2_gemm_bwd_dx bias_act_dropout_bwd ff1_gemm_bwd [ln_bwd] residual_add_bwd
+// fc2's backward is two ops, the weight gradient first, so that the activation it reads dies
+// before the activation's gradient (as large) is written.
 // bias_act_dropout_recompute is there under Recompute::pointwise (layers/layer_run.h): the
 // forward's act_out then dies at ff2_gemm, and the backward recomputes it from ff1_raw (the same
 // kernel, bias and Philox stream) into act_recomputed for fc2's weight gradient.
@@ -51,7 +53,7 @@ struct FfnIds {
   TensorId d_act = kNoTensor, d_ff1 = kNoTensor, bad_ws = kNoTensor, d_ff1_in = kNoTensor,
            d_ln_in = kNoTensor;
   // Recompute::pointwise: the backward's copy of act_out, recomputed from ff1_raw (op
-  // bias_act_dropout_recompute, before ff2_gemm_bwd); kNoTensor otherwise, and then the backward
+  // bias_act_dropout_recompute, before ff2_gemm_bwd_dw); kNoTensor otherwise, and then the backward
   // reads the forward's act_out.
   TensorId act_recomputed = kNoTensor;
 };

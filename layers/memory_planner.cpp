@@ -128,32 +128,18 @@ std::vector<TensorLifetime> LifetimeRecorder::lifetimes() const {
 // ---------------------------------------------------------------------------------------------
 // The planner: greedy by size, lowest fitting offset.
 
-MemoryPlan plan_memory(const std::vector<TensorLifetime>& tensors) {
-  const std::size_t n = tensors.size();
-  for (std::size_t i = 0; i < n; ++i) validate_tensor(tensors[i], i);
+namespace {
 
-  std::vector<std::size_t> slot(n);
-  for (std::size_t i = 0; i < n; ++i) slot[i] = slot_bytes(tensors[i]);
-
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const TensorLifetime& ta = tensors[a];
-    const TensorLifetime& tb = tensors[b];
-    if (slot[a] != slot[b]) return slot[a] > slot[b];
-    const int da = ta.last_step - ta.first_step;
-    const int db = tb.last_step - tb.first_step;
-    if (da != db) return da > db;
-    if (ta.first_step != tb.first_step) return ta.first_step < tb.first_step;
-    return a < b;
-  });
-
+// Places the tensors in `order`, each at the lowest aligned offset where it overlaps in memory no
+// already-placed tensor whose lifetime overlaps its own.
+MemoryPlan place_in_order(const std::vector<TensorLifetime>& tensors, const std::vector<std::size_t>& slot,
+                          const std::vector<std::size_t>& order) {
   MemoryPlan plan;
-  plan.offsets.assign(n, 0);
+  plan.offsets.assign(tensors.size(), 0);
   // Placed tensors, sorted by offset: the scan below moves a candidate offset up past every
   // placed tensor that overlaps it in time and in memory, and stops at the first gap that fits.
   std::vector<std::size_t> placed;
-  placed.reserve(n);
+  placed.reserve(tensors.size());
   for (const std::size_t i : order) {
     const TensorLifetime& t = tensors[i];
     if (slot[i] == 0) continue;  // occupies nothing (empty or external): offset 0, never placed
@@ -174,6 +160,41 @@ MemoryPlan plan_memory(const std::vector<TensorLifetime>& tensors) {
     placed.insert(at, i);
   }
   return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const std::vector<TensorLifetime>& tensors) {
+  const std::size_t n = tensors.size();
+  for (std::size_t i = 0; i < n; ++i) validate_tensor(tensors[i], i);
+
+  std::vector<std::size_t> slot(n);
+  for (std::size_t i = 0; i < n; ++i) slot[i] = slot_bytes(tensors[i]);
+
+  // Largest slot first in both orders. Among equal slots: the longer lifetime first (then the
+  // earlier first use), or the earlier first use first. Each reaches the max-live lower bound on
+  // inputs where the other does not (see the header); the smaller block wins, the first on a tie.
+  std::vector<std::size_t> by_duration(n);
+  std::iota(by_duration.begin(), by_duration.end(), std::size_t{0});
+  std::vector<std::size_t> by_first_use = by_duration;
+  std::sort(by_duration.begin(), by_duration.end(), [&](std::size_t a, std::size_t b) {
+    const TensorLifetime& ta = tensors[a];
+    const TensorLifetime& tb = tensors[b];
+    if (slot[a] != slot[b]) return slot[a] > slot[b];
+    const int da = ta.last_step - ta.first_step;
+    const int db = tb.last_step - tb.first_step;
+    if (da != db) return da > db;
+    if (ta.first_step != tb.first_step) return ta.first_step < tb.first_step;
+    return a < b;
+  });
+  std::sort(by_first_use.begin(), by_first_use.end(), [&](std::size_t a, std::size_t b) {
+    if (slot[a] != slot[b]) return slot[a] > slot[b];
+    if (tensors[a].first_step != tensors[b].first_step) return tensors[a].first_step < tensors[b].first_step;
+    return a < b;
+  });
+  MemoryPlan plan = place_in_order(tensors, slot, by_duration);
+  MemoryPlan other = place_in_order(tensors, slot, by_first_use);
+  return other.block_bytes < plan.block_bytes ? other : plan;
 }
 
 // ---------------------------------------------------------------------------------------------

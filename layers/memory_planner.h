@@ -9,12 +9,17 @@
 //   2. plan_memory(): greedy by size (Pisarchyk & Lee 2020, "Efficient Memory Management for Deep
 //      Neural Net Inference", Algorithm 3, which LightSeq's lsflow MemoryManager also implements):
 //      largest tensor first; each goes to the lowest aligned offset where it overlaps in memory
-//      no already-placed tensor whose lifetime overlaps its own. Ties in size go to the longer
-//      lifetime first, then the earlier first use, then the declaration order, so that a plan is
-//      a pure function of its input. The lifetime tie-break matters: long-lived tensors settle
-//      low, where they block least, and it is what makes the planner reach LightSeq2's Fig. 8
-//      optimum 3BLH + max(3BLH, BL²N) for the attention backward at every ratio of the two terms
-//      (without it, some shapes with 2 < N·L/H < 3 come out above it; tests/layers pins this).
+//      no already-placed tensor whose lifetime overlaps its own. Ties in size are broken two
+//      ways, and the planner places the tensors in both orders and keeps the smaller block (the
+//      first on a tie), so that a plan is a pure function of its input:
+//        (a) the longer lifetime first, then the earlier first use, then the declaration order.
+//            Long-lived tensors settle low, where they block least: this is what reaches
+//            LightSeq2's Fig. 8 optimum 3BLH + max(3BLH, BL²N) for the attention backward at
+//            every ratio of the two terms (some shapes with 2 < N·L/H < 3 come out above it
+//            otherwise; tests/layers pins this);
+//        (b) the earlier first use first, then the declaration order. It reaches the max-live
+//            lower bound for the Transformer layers and stacks at their preset maxima, where (a)
+//            ends one 16 MiB tensor above it (tests/layers pins both, and a 4-tensor case).
 //   3. find_plan_violations() / check_plan(): the checking mode. An independent O(n²) pass over
 //      every pair proves that no two tensors with overlapping lifetimes overlap in memory, and
 //      that every offset is aligned and inside the block. It shares none of the planner's logic.
@@ -107,9 +112,9 @@ struct MemoryPlan {
   std::size_t block_bytes = 0;       // the highest end of a slot: the one allocation's size
 };
 
-// Greedy by size (see the top of the file). Throws, naming the tensor, for an alignment that is
-// not a power of two, a first_step after its last_step or below 0, or an external tensor with
-// bytes. O(n²) in the number of tensors.
+// Greedy by size, in two tie-break orders (see the top of the file). Throws, naming the tensor,
+// for an alignment that is not a power of two, a first_step after its last_step or below 0, or an
+// external tensor with bytes. O(n²) in the number of tensors.
 MemoryPlan plan_memory(const std::vector<TensorLifetime>& tensors);
 
 // The checking mode: every problem of `plan` for `tensors`, one line each (at most `limit` lines,

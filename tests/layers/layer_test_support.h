@@ -83,8 +83,10 @@ inline int step_of(const std::vector<std::string>& ops, const std::string& name)
 // What Recompute (layers/layer_run.h) does to one attention sub-layer's dry run ("<prefix>attn.",
 // "<prefix>self.", "<prefix>cross."): with attention dropout under pointwise, the forward's
 // probs_dropped dies in the forward and the backward redraws it into probs_redropped (as large)
-// at an op right before context_gemm_bwd; otherwise probs_dropped (if any) lives into the backward
-// and nothing is redrawn.
+// at an op right before context_gemm_bwd_dv; otherwise probs_dropped (if any) lives into the
+// backward and nothing is redrawn. Either way the dV GEMM is the last reader of the probabilities
+// it uses, and the dP GEMM (the next op) first writes the probabilities' gradient, so that the
+// two need not be live at once.
 inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensors,
                                        const std::vector<std::string>& ops, int forward_ops,
                                        const std::string& attention, bool attn_dropout, bool pointwise) {
@@ -93,10 +95,15 @@ inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensor
   const std::set<std::string> names = names_of(tensors);
   ASSERT_EQ(names.count(attention + "probs_redropped"), redraws ? 1u : 0u);
   const int recompute = step_of(ops, attention + "probs_dropout_recompute");
-  const int context_bwd = step_of(ops, attention + "context_gemm_bwd");
+  const int context_bwd = step_of(ops, attention + "context_gemm_bwd_dv");
   ASSERT_GE(context_bwd, forward_ops);
+  EXPECT_EQ(step_of(ops, attention + "context_gemm_bwd_dp"), context_bwd + 1);
+  const TensorLifetime& d_first =
+      lifetime_of(tensors, attention + (attn_dropout ? "d_probs_dropped" : "d_probs"));
+  EXPECT_EQ(d_first.first_step, context_bwd + 1);
   if (!attn_dropout) {
     EXPECT_EQ(recompute, -1);
+    EXPECT_GT(lifetime_of(tensors, attention + "probs").last_step, context_bwd);  // the softmax backward's
     return;
   }
   const TensorLifetime& dropped = lifetime_of(tensors, attention + "probs_dropped");
@@ -114,7 +121,9 @@ inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensor
 }
 
 // The same for the FFN sub-layer ("<prefix>ffn."): under pointwise the forward's act_out dies in
-// the forward and the backward recomputes it into act_recomputed right before ff2_gemm_bwd.
+// the forward and the backward recomputes it into act_recomputed right before ff2_gemm_bwd_dw,
+// fc2's weight gradient, its last reader; d_act is first written by the next op,
+// ff2_gemm_bwd_dx.
 inline void expect_ffn_recompute(const std::vector<TensorLifetime>& tensors,
                                  const std::vector<std::string>& ops, int forward_ops, const std::string& ffn,
                                  bool pointwise) {
@@ -122,8 +131,10 @@ inline void expect_ffn_recompute(const std::vector<TensorLifetime>& tensors,
   const std::set<std::string> names = names_of(tensors);
   ASSERT_EQ(names.count(ffn + "act_recomputed"), pointwise ? 1u : 0u);
   const int recompute = step_of(ops, ffn + "bias_act_dropout_recompute");
-  const int ff2_bwd = step_of(ops, ffn + "ff2_gemm_bwd");
+  const int ff2_bwd = step_of(ops, ffn + "ff2_gemm_bwd_dw");
   ASSERT_GE(ff2_bwd, forward_ops);
+  EXPECT_EQ(step_of(ops, ffn + "ff2_gemm_bwd_dx"), ff2_bwd + 1);
+  EXPECT_EQ(lifetime_of(tensors, ffn + "d_act").first_step, ff2_bwd + 1);
   const TensorLifetime& act_out = lifetime_of(tensors, ffn + "act_out");
   if (pointwise) {
     EXPECT_EQ(recompute, ff2_bwd - 1);

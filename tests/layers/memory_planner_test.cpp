@@ -236,6 +236,19 @@ TEST(PlanMemory, RefusesInvalidLifetimes) {
   expect_error_all([&] { plan_memory({ext}); }, {"'x'", "external", "8 bytes"});
 }
 
+TEST(PlanMemory, KeepsTheBetterOfItsTwoTieBreaks) {
+  // Three slots of 512 and one of 256 (steps inclusive); at most 1024 bytes live at once (steps 1
+  // and 3). Longest-lifetime-first places b [3,5] at 0, a [2,3] at 512, d [1,1] at 0, and then c
+  // [1,2] overlaps d at 0 and a at 512: 1024 + 256. Earliest-first-use-first places d, then a
+  // (free of d) at 0, b above a at 512, and c fits at 512 beside b (never live together): 1024.
+  const std::vector<TensorLifetime> t = {lt("a", 512, 2, 3), lt("b", 512, 3, 5), lt("c", 256, 1, 2),
+                                         lt("d", 512, 1, 1)};
+  const MemoryPlan p = plan_memory(t);
+  EXPECT_EQ(max_live_bytes(t, true), 1024u);
+  EXPECT_EQ(p.block_bytes, 1024u);
+  EXPECT_TRUE(find_plan_violations(t, p).empty());
+}
+
 TEST(PlanMemory, IsDeterministic) {
   std::mt19937_64 rng(7);
   const std::vector<TensorLifetime> t = random_set(rng, 300);
