@@ -64,11 +64,14 @@ std::vector<std::string> memory_check_names();
 // managed.peak_bytes / eager.peak_bytes <= kMemoryRatioTarget (eager: the baseline; a baseline
 // peak of 0 fails),
 // "steady_state_allocations" when managed.loop_allocations == 0; the details give the shapes, the
-// seed and every number of both layers.
+// seed and every number of both layers. `kept` (optional) is the same loop's managed layer with
+// Recompute::none: its peak and ratio are reported in peak_ratio's detail, not checked (the check
+// is the default's), so that one run measures what the recomputation saves.
 std::vector<CheckResult> memory_loop_checks(const std::string& layer, DType dtype, std::uint64_t seed,
                                             int tokens, int max_len,
                                             const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
-                                            const LoopStats& managed, const LoopStats& eager);
+                                            const LoopStats& managed, const LoopStats& eager,
+                                            const LoopStats* kept = nullptr);
 
 // --- the embedding and criterion layers (embedding.cu, criterion.cu) ----------------------------
 

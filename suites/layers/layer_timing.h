@@ -182,10 +182,12 @@ PairWork pair_work(PairTimingState<Pair>& state, std::int64_t batch, std::int64_
 // One layer of the Pair (the baseline, or the managed layer) alone on a fresh counting allocator
 // (the baseline through a caching allocator over it), constructed and then run over `shapes`: each
 // step one forward (dropout offset step · dropout_offsets()) and one backward, the baseline's
-// consuming its graph (retain_graph false) as a training step does.
+// consuming its graph (retain_graph false) as a training step does. The managed layer runs with
+// `recompute` (layers/layer_run.h).
 template <class Pair>
 LoopStats run_memory_loop(const layers::LayerConfig& c, typename Pair::Data& data, bool baseline,
-                          const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes) {
+                          const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
+                          layers::Recompute recompute = layers::Recompute::pointwise) {
   layers::CudaAllocator cuda;
   layers::CountingAllocator counter(cuda);
   LoopStats st;
@@ -195,8 +197,11 @@ LoopStats run_memory_loop(const layers::LayerConfig& c, typename Pair::Data& dat
     std::unique_ptr<typename Pair::Baseline> eager;
     if (baseline)
       eager = std::make_unique<typename Pair::Baseline>(c, data.weights, data.grad_views, cache);
-    else
-      managed = std::make_unique<typename Pair::Managed>(c, data.weights, data.grad_views, counter);
+    else {
+      typename Pair::ManagedOptions options;
+      options.recompute = recompute;
+      managed = std::make_unique<typename Pair::Managed>(c, data.weights, data.grad_views, counter, options);
+    }
     st.setup_allocations = counter.stats().allocations;
     Stream stream;
     std::uint64_t half = 0;
@@ -224,7 +229,8 @@ LoopStats run_memory_loop(const layers::LayerConfig& c, typename Pair::Data& dat
 }
 
 // The memory checks of one Pair at its dtype (see suites/suite_layers.h): both layers over the
-// same memory_loop_shapes, on one Data of max_batch_tokens rows.
+// same memory_loop_shapes, on one Data of max_batch_tokens rows; the managed layer once more with
+// Recompute::none, reported beside the check.
 template <class Pair>
 std::vector<CheckResult> pair_memory_checks(bool quick, std::uint64_t seed) {
   const DType dtype = DTypeTraits<typename Pair::Value>::dtype;
@@ -235,8 +241,9 @@ std::vector<CheckResult> pair_memory_checks(bool quick, std::uint64_t seed) {
   const auto shapes = memory_loop_shapes(seed, quick ? kMemoryStepsQuick : kMemorySteps, tokens, max_len);
   typename Pair::Data data(c, static_cast<std::size_t>(tokens));
   const LoopStats managed = run_memory_loop<Pair>(c, data, false, shapes);
+  const LoopStats kept = run_memory_loop<Pair>(c, data, false, shapes, layers::Recompute::none);
   const LoopStats eager = run_memory_loop<Pair>(c, data, true, shapes);
-  return memory_loop_checks(Pair::layer(), dtype, seed, tokens, max_len, shapes, managed, eager);
+  return memory_loop_checks(Pair::layer(), dtype, seed, tokens, max_len, shapes, managed, eager, &kept);
 }
 
 // layer_memory_checks<EncoderPair>(quick, seed): the Pair's memory checks for every dtype of

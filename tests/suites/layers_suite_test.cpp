@@ -250,6 +250,16 @@ TEST(LayersSuite, MemoryLoopChecksFromStats) {
       EXPECT_NE(r[1].detail.find(std::to_string(shapes[0].first) + "x" + std::to_string(shapes[0].second)),
                 std::string::npos)
           << r[1].detail;
+      EXPECT_EQ(r[0].detail.find("Recompute::none"), std::string::npos) << r[0].detail;
+      // The keep-everything managed layer's peak is reported, not checked.
+      LoopStats kept = managed;
+      kept.peak_bytes = 900 * MiB;
+      const std::vector<CheckResult> with_kept =
+          memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, managed, eager, &kept);
+      EXPECT_TRUE(with_kept[0].passed) << with_kept[0].detail;
+      EXPECT_NE(with_kept[0].detail.find("Recompute::none"), std::string::npos) << with_kept[0].detail;
+      EXPECT_NE(with_kept[0].detail.find("peak 900.0 MiB, ratio 0.9"), std::string::npos)
+          << with_kept[0].detail;
 
       managed.peak_bytes = 701 * MiB;  // above the target
       managed.loop_allocations = 1;    // one allocation in the loop
