@@ -100,74 +100,68 @@ TEST(DecoderLayerValidation, ForwardAndBackwardArgumentsAreCheckedBeforeAnyCudaC
 }
 
 TEST(DecoderLayerValidation, DryRunFollowsTheConfig) {
-  for (const bool pre : {true, false}) {
-    for (const double attn_dropout : {0.0, 0.1}) {
-      for (const Recompute recompute : {Recompute::none, Recompute::pointwise}) {
-        const LayerConfig c = small_config(pre, attn_dropout);
-        DecoderLayerOptions options;
-        options.prefix = "dec2.";
-        options.gemm_workspace_bytes = 4096;
-        options.recompute = recompute;
-        std::vector<std::string> ops;
-        int forward_ops = 0;
-        const std::vector<TensorLifetime> tensors = decoder_layer_lifetimes(c, options, &ops, &forward_ops);
-        SCOPED_TRACE(variant_name(pre, attn_dropout) + " recompute=" + recompute_name(recompute));
-        const std::set<std::string> names = names_of(tensors);
-        const bool pointwise = recompute == Recompute::pointwise;
-        for (const char* sub : {"self.", "cross."})
-          expect_attention_recompute(tensors, ops, forward_ops, std::string("dec2.") + sub, attn_dropout > 0,
-                                     pointwise);
-        expect_ffn_recompute(tensors, ops, forward_ops, "dec2.ffn.", pointwise);
-        for (const char* sub : {"self.", "cross."}) {
-          const std::string s = std::string("dec2.") + sub;
-          EXPECT_EQ(names.count(s + "probs_dropped"), attn_dropout > 0 ? 1u : 0u);
-          EXPECT_EQ(names.count(s + "d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);
-          EXPECT_EQ(names.count(s + "residual"), pre ? 0u : 1u);
-          EXPECT_EQ(names.count(s + "ln_out"), pre ? 1u : 0u);
-        }
-        for (const char* always :
-             {"x", "y", "dy", "dx", "encoder_out", "d_encoder_out", "dec2.gemm_workspace",
-              "dec2.self.qkv_heads", "dec2.cross.q_heads", "dec2.cross.kv_heads", "dec2.cross.d_kv",
-              "dec2.cross.d_q_heads", "dec2.self_out", "dec2.cross_out", "dec2.d_self_out",
-              "dec2.d_cross_out", "dec2.ffn.ff1_raw"})
-          EXPECT_EQ(names.count(always), 1u) << always;
-        EXPECT_EQ(names.count("dec2.self.kv_heads"), 0u);
-        EXPECT_EQ(names.count("dec2.cross.qkv_heads"), 0u);
-        for (const TensorLifetime& t : tensors) {
-          if (t.name == "dec2.self.probs" || t.name == "dec2.cross.probs") {
-            EXPECT_EQ(t.bytes, 1024u * 3u * 2u) << t.name;  // max B·L·S = B·L² = 1024, N = 3, fp16
-          }
-          if (t.name == "dec2.self.qkv_heads") {
-            EXPECT_EQ(t.bytes, 64u * 36u * 2u);
-          }
-          if (t.name == "dec2.cross.q_heads" || t.name == "dec2.cross.q_raw") {
-            EXPECT_EQ(t.bytes, 64u * 12u * 2u) << t.name;
-          }
-          if (t.name == "dec2.cross.kv_heads" || t.name == "dec2.cross.kv_raw" ||
-              t.name == "dec2.cross.d_kv") {
-            EXPECT_EQ(t.bytes, 64u * 24u * 2u) << t.name;
-          }
-          if (t.name == "x" || t.name == "encoder_out" || t.name == "d_encoder_out") {
-            EXPECT_TRUE(t.external) << t.name;
-          }
-        }
-        // Forward: self-attention 9 ops (a LayerNorm, QKV GEMM, split, scores GEMM, softmax, context
-        // GEMM, merge, out GEMM, bias_dropout_residual), cross-attention 11 (+ K/V GEMM and split),
-        // FFN 5 (LayerNorm, 2 GEMMs, 2 epilogues); + one probability dropout per attention.
-        EXPECT_EQ(forward_ops, 9 + 11 + 5 + (attn_dropout > 0 ? 2 : 0));
-        for (const std::string& op : ops) EXPECT_EQ(op.rfind("dec2.", 0), 0u) << op;
-        EXPECT_EQ(ops.back(), "dec2.self.residual_add_bwd");
-        EXPECT_EQ(ops.at(static_cast<std::size_t>(forward_ops)),
-                  pre ? "dec2.ffn.bias_dropout_residual_bwd" : "dec2.ffn.ln_bwd");
-        // The cross-attention's K/V backward writes the encoder output's gradient before its Q side.
-        const auto at = [&](const std::string& name) { return step_of(ops, name); };
-        EXPECT_GE(at("dec2.cross.kv_gemm_bwd"), 0);
-        EXPECT_LT(at("dec2.cross.kv_gemm_bwd"), at("dec2.cross.q_gemm_bwd"));
-        EXPECT_LT(at("dec2.cross.residual_add_bwd"), at("dec2.self.bias_dropout_residual_bwd"));
-        EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
+  for_each_dry_run_variant([](const LayerConfig& c, Recompute recompute) {
+    const bool pre = c.pre_layer_norm;
+    const double attn_dropout = c.attn_dropout;
+    DecoderLayerOptions options;
+    options.prefix = "dec2.";
+    options.gemm_workspace_bytes = 4096;
+    options.recompute = recompute;
+    std::vector<std::string> ops;
+    int forward_ops = 0;
+    const std::vector<TensorLifetime> tensors = decoder_layer_lifetimes(c, options, &ops, &forward_ops);
+    const std::set<std::string> names = names_of(tensors);
+    const bool pointwise = recompute == Recompute::pointwise;
+    for (const char* sub : {"self.", "cross."})
+      expect_attention_recompute(tensors, ops, forward_ops, std::string("dec2.") + sub, attn_dropout > 0,
+                                 pointwise);
+    expect_ffn_recompute(tensors, ops, forward_ops, "dec2.ffn.", pointwise);
+    for (const char* sub : {"self.", "cross."}) {
+      const std::string s = std::string("dec2.") + sub;
+      EXPECT_EQ(names.count(s + "probs_dropped"), attn_dropout > 0 ? 1u : 0u);
+      EXPECT_EQ(names.count(s + "d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);
+      EXPECT_EQ(names.count(s + "residual"), pre ? 0u : 1u);
+      EXPECT_EQ(names.count(s + "ln_out"), pre ? 1u : 0u);
+    }
+    for (const char* always :
+         {"x", "y", "dy", "dx", "encoder_out", "d_encoder_out", "dec2.gemm_workspace", "dec2.self.qkv_heads",
+          "dec2.cross.q_heads", "dec2.cross.kv_heads", "dec2.cross.d_kv", "dec2.cross.d_q_heads",
+          "dec2.self_out", "dec2.cross_out", "dec2.d_self_out", "dec2.d_cross_out", "dec2.ffn.ff1_raw"})
+      EXPECT_EQ(names.count(always), 1u) << always;
+    EXPECT_EQ(names.count("dec2.self.kv_heads"), 0u);
+    EXPECT_EQ(names.count("dec2.cross.qkv_heads"), 0u);
+    for (const TensorLifetime& t : tensors) {
+      if (t.name == "dec2.self.probs" || t.name == "dec2.cross.probs") {
+        EXPECT_EQ(t.bytes, 1024u * 3u * 2u) << t.name;  // max B·L·S = B·L² = 1024, N = 3, fp16
+      }
+      if (t.name == "dec2.self.qkv_heads") {
+        EXPECT_EQ(t.bytes, 64u * 36u * 2u);
+      }
+      if (t.name == "dec2.cross.q_heads" || t.name == "dec2.cross.q_raw") {
+        EXPECT_EQ(t.bytes, 64u * 12u * 2u) << t.name;
+      }
+      if (t.name == "dec2.cross.kv_heads" || t.name == "dec2.cross.kv_raw" || t.name == "dec2.cross.d_kv") {
+        EXPECT_EQ(t.bytes, 64u * 24u * 2u) << t.name;
+      }
+      if (t.name == "x" || t.name == "encoder_out" || t.name == "d_encoder_out") {
+        EXPECT_TRUE(t.external) << t.name;
       }
     }
-  }
+    // Forward: self-attention 9 ops (a LayerNorm, QKV GEMM, split, scores GEMM, softmax, context
+    // GEMM, merge, out GEMM, bias_dropout_residual), cross-attention 11 (+ K/V GEMM and split),
+    // FFN 5 (LayerNorm, 2 GEMMs, 2 epilogues); + one probability dropout per attention.
+    EXPECT_EQ(forward_ops, 9 + 11 + 5 + (attn_dropout > 0 ? 2 : 0));
+    for (const std::string& op : ops) EXPECT_EQ(op.rfind("dec2.", 0), 0u) << op;
+    EXPECT_EQ(ops.back(), "dec2.self.residual_add_bwd");
+    EXPECT_EQ(ops.at(static_cast<std::size_t>(forward_ops)),
+              pre ? "dec2.ffn.bias_dropout_residual_bwd" : "dec2.ffn.ln_bwd");
+    // The cross-attention's K/V backward writes the encoder output's gradient before its Q side.
+    const auto at = [&](const std::string& name) { return step_of(ops, name); };
+    EXPECT_GE(at("dec2.cross.kv_gemm_bwd"), 0);
+    EXPECT_LT(at("dec2.cross.kv_gemm_bwd"), at("dec2.cross.q_gemm_bwd"));
+    EXPECT_LT(at("dec2.cross.residual_add_bwd"), at("dec2.self.bias_dropout_residual_bwd"));
+    EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
+  });
 }
 
 TEST(DecoderLayerValidation, ParameterShapes) {

@@ -110,63 +110,58 @@ TEST(EncoderLayerValidation, MaxScoreElementsIsTheLargestFeasibleBatchTimesLengt
 }
 
 TEST(EncoderLayerValidation, DryRunFollowsTheConfig) {
-  for (const bool pre : {true, false}) {
-    for (const double attn_dropout : {0.0, 0.1}) {
-      for (const Recompute recompute : {Recompute::none, Recompute::pointwise}) {
-        const LayerConfig c = small_config(pre, attn_dropout);
-        EncoderLayerOptions options;
-        options.prefix = "enc3.";
-        options.gemm_workspace_bytes = 4096;
-        options.recompute = recompute;
-        std::vector<std::string> ops;
-        int forward_ops = 0;
-        const std::vector<TensorLifetime> tensors = encoder_layer_lifetimes(c, options, &ops, &forward_ops);
-        SCOPED_TRACE(variant_name(pre, attn_dropout) + " recompute=" + recompute_name(recompute));
-        const std::set<std::string> names = names_of(tensors);
-        const bool pointwise = recompute == Recompute::pointwise;
-        EXPECT_EQ(names.count("enc3.attn.probs_dropped"), attn_dropout > 0 ? 1u : 0u);
-        EXPECT_EQ(names.count("enc3.attn.d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);
-        expect_attention_recompute(tensors, ops, forward_ops, "enc3.attn.", attn_dropout > 0, pointwise);
-        expect_ffn_recompute(tensors, ops, forward_ops, "enc3.ffn.", pointwise);
-        EXPECT_EQ(names.count("enc3.attn.residual"), pre ? 0u : 1u);
-        EXPECT_EQ(names.count("enc3.ffn.residual"), pre ? 0u : 1u);
-        EXPECT_EQ(names.count("enc3.attn.ln_out"), pre ? 1u : 0u);
-        EXPECT_EQ(names.count("enc3.ffn.d_ln_in"), pre ? 1u : 0u);
-        for (const char* always :
-             {"x", "y", "dy", "dx", "enc3.gemm_workspace", "enc3.attn.qkv_heads", "enc3.attn.probs",
-              "enc3.attn.d_probs", "enc3.ffn.ff1_raw", "enc3.d_attn_out"})
-          EXPECT_EQ(names.count(always), 1u) << always;
-        for (const TensorLifetime& t : tensors) {
-          if (t.name == "enc3.attn.probs") {
-            EXPECT_EQ(t.bytes, 1024u * 3u * 2u);  // B·L²·N fp16
-          }
-          if (t.name == "enc3.attn.qkv_heads") {
-            EXPECT_EQ(t.bytes, 64u * 36u * 2u);
-          }
-          if (t.name == "enc3.ffn.ff1_raw") {
-            EXPECT_EQ(t.bytes, 64u * 37u * 2u);
-          }
-          if (t.name == "enc3.attn.ln_mean") {
-            EXPECT_EQ(t.bytes, 64u * 4u);
-          }
-          if (t.name == "enc3.gemm_workspace") {
-            EXPECT_EQ(t.bytes, 4096u);
-          }
-          if (t.name == "x" || t.name == "dx") {
-            EXPECT_TRUE(t.external);
-          }
-        }
-        // Forward: 14 ops (2 LayerNorms, 6 GEMMs, split, softmax, merge, 3 epilogues) pre- and
-        // post-LN alike (the LayerNorms move), + the probability dropout.
-        EXPECT_EQ(forward_ops, 14 + (attn_dropout > 0 ? 1 : 0));
-        for (const std::string& op : ops) EXPECT_EQ(op.rfind("enc3.", 0), 0u) << op;
-        EXPECT_EQ(ops.back(), "enc3.attn.residual_add_bwd");
-        EXPECT_EQ(ops.at(static_cast<std::size_t>(forward_ops)),
-                  pre ? "enc3.ffn.bias_dropout_residual_bwd" : "enc3.ffn.ln_bwd");
-        EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
+  for_each_dry_run_variant([](const LayerConfig& c, Recompute recompute) {
+    const bool pre = c.pre_layer_norm;
+    const double attn_dropout = c.attn_dropout;
+    EncoderLayerOptions options;
+    options.prefix = "enc3.";
+    options.gemm_workspace_bytes = 4096;
+    options.recompute = recompute;
+    std::vector<std::string> ops;
+    int forward_ops = 0;
+    const std::vector<TensorLifetime> tensors = encoder_layer_lifetimes(c, options, &ops, &forward_ops);
+    const std::set<std::string> names = names_of(tensors);
+    const bool pointwise = recompute == Recompute::pointwise;
+    EXPECT_EQ(names.count("enc3.attn.probs_dropped"), attn_dropout > 0 ? 1u : 0u);
+    EXPECT_EQ(names.count("enc3.attn.d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);
+    expect_attention_recompute(tensors, ops, forward_ops, "enc3.attn.", attn_dropout > 0, pointwise);
+    expect_ffn_recompute(tensors, ops, forward_ops, "enc3.ffn.", pointwise);
+    EXPECT_EQ(names.count("enc3.attn.residual"), pre ? 0u : 1u);
+    EXPECT_EQ(names.count("enc3.ffn.residual"), pre ? 0u : 1u);
+    EXPECT_EQ(names.count("enc3.attn.ln_out"), pre ? 1u : 0u);
+    EXPECT_EQ(names.count("enc3.ffn.d_ln_in"), pre ? 1u : 0u);
+    for (const char* always : {"x", "y", "dy", "dx", "enc3.gemm_workspace", "enc3.attn.qkv_heads",
+                               "enc3.attn.probs", "enc3.attn.d_probs", "enc3.ffn.ff1_raw", "enc3.d_attn_out"})
+      EXPECT_EQ(names.count(always), 1u) << always;
+    for (const TensorLifetime& t : tensors) {
+      if (t.name == "enc3.attn.probs") {
+        EXPECT_EQ(t.bytes, 1024u * 3u * 2u);  // B·L²·N fp16
+      }
+      if (t.name == "enc3.attn.qkv_heads") {
+        EXPECT_EQ(t.bytes, 64u * 36u * 2u);
+      }
+      if (t.name == "enc3.ffn.ff1_raw") {
+        EXPECT_EQ(t.bytes, 64u * 37u * 2u);
+      }
+      if (t.name == "enc3.attn.ln_mean") {
+        EXPECT_EQ(t.bytes, 64u * 4u);
+      }
+      if (t.name == "enc3.gemm_workspace") {
+        EXPECT_EQ(t.bytes, 4096u);
+      }
+      if (t.name == "x" || t.name == "dx") {
+        EXPECT_TRUE(t.external);
       }
     }
-  }
+    // Forward: 14 ops (2 LayerNorms, 6 GEMMs, split, softmax, merge, 3 epilogues) pre- and
+    // post-LN alike (the LayerNorms move), + the probability dropout.
+    EXPECT_EQ(forward_ops, 14 + (attn_dropout > 0 ? 1 : 0));
+    for (const std::string& op : ops) EXPECT_EQ(op.rfind("enc3.", 0), 0u) << op;
+    EXPECT_EQ(ops.back(), "enc3.attn.residual_add_bwd");
+    EXPECT_EQ(ops.at(static_cast<std::size_t>(forward_ops)),
+              pre ? "enc3.ffn.bias_dropout_residual_bwd" : "enc3.ffn.ln_bwd");
+    EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
+  });
   // A shared Gemm: no workspace is planned.
   int dummy = 0;
   EncoderLayerOptions shared;

@@ -51,53 +51,47 @@ const TensorLifetime& find(const std::vector<TensorLifetime>& tensors, const std
 }
 
 TEST(EncoderStackValidation, OpsAreTheLayersForwardsThenTheirBackwardsInReverse) {
-  for (const bool pre : {true, false}) {
-    for (const double attn_dropout : {0.0, 0.1}) {
-      for (const Recompute recompute : {Recompute::none, Recompute::pointwise}) {
-        const LayerConfig c = small_config(pre, attn_dropout);
-        SCOPED_TRACE(variant_name(pre, attn_dropout) + " recompute=" + recompute_name(recompute));
-        const int n = 3;
-        std::vector<std::string> ops;
-        EncoderStackSteps steps;
-        EncoderStackOptions options;
-        options.recompute = recompute;
-        const std::vector<TensorLifetime> tensors = encoder_stack_lifetimes(c, n, options, &ops, &steps);
-        std::vector<std::string> want;
-        for (int i = 0; i < n; ++i) {
-          EXPECT_EQ(steps.forward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
-          const LayerOps l = layer_ops(c, i, recompute);
-          want.insert(want.end(), l.forward.begin(), l.forward.end());
-        }
-        EXPECT_EQ(steps.forward_steps, static_cast<int>(want.size()));
-        for (int i = n - 1; i >= 0; --i) {
-          EXPECT_EQ(steps.backward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
-          const LayerOps l = layer_ops(c, i, recompute);
-          want.insert(want.end(), l.backward.begin(), l.backward.end());
-        }
-        EXPECT_EQ(ops, want);
-        // The hidden states: layer i's output lives from its forward's last op into layer i+1's
-        // backward (which reads its input) and ends before layer i's backward; the gradients from
-        // layer i+1's backward into layer i's, and no further.
-        for (int i = 0; i + 1 < n; ++i) {
-          const std::string p = "enc" + std::to_string(i) + ".";
-          const TensorLifetime& out = find(tensors, p + "out");
-          EXPECT_EQ(out.first_step, steps.forward_start[static_cast<std::size_t>(i) + 1] - 1);
-          EXPECT_GE(out.last_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
-          const int layer_i_backward_end =
-              i > 0 ? steps.backward_start[static_cast<std::size_t>(i) - 1] : static_cast<int>(ops.size());
-          // Layer i's own backward never reads its output: the last reader is layer i+1's backward.
-          EXPECT_LT(out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
-          const TensorLifetime& d_out = find(tensors, p + "d_out");
-          EXPECT_GE(d_out.first_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
-          EXPECT_GE(d_out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
-          EXPECT_LT(d_out.last_step, layer_i_backward_end);
-          EXPECT_EQ(out.bytes, 64u * 12u * 2u);
-        }
-        EXPECT_EQ(find(tensors, "enc.gemm_workspace").bytes, kGemmWorkspaceBytes);
-        EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
-      }
+  for_each_dry_run_variant([](const LayerConfig& c, Recompute recompute) {
+    const int n = 3;
+    std::vector<std::string> ops;
+    EncoderStackSteps steps;
+    EncoderStackOptions options;
+    options.recompute = recompute;
+    const std::vector<TensorLifetime> tensors = encoder_stack_lifetimes(c, n, options, &ops, &steps);
+    std::vector<std::string> want;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(steps.forward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
+      const LayerOps l = layer_ops(c, i, recompute);
+      want.insert(want.end(), l.forward.begin(), l.forward.end());
     }
-  }
+    EXPECT_EQ(steps.forward_steps, static_cast<int>(want.size()));
+    for (int i = n - 1; i >= 0; --i) {
+      EXPECT_EQ(steps.backward_start[static_cast<std::size_t>(i)], static_cast<int>(want.size()));
+      const LayerOps l = layer_ops(c, i, recompute);
+      want.insert(want.end(), l.backward.begin(), l.backward.end());
+    }
+    EXPECT_EQ(ops, want);
+    // The hidden states: layer i's output lives from its forward's last op into layer i+1's
+    // backward (which reads its input) and ends before layer i's backward; the gradients from
+    // layer i+1's backward into layer i's, and no further.
+    for (int i = 0; i + 1 < n; ++i) {
+      const std::string p = "enc" + std::to_string(i) + ".";
+      const TensorLifetime& out = find(tensors, p + "out");
+      EXPECT_EQ(out.first_step, steps.forward_start[static_cast<std::size_t>(i) + 1] - 1);
+      EXPECT_GE(out.last_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
+      const int layer_i_backward_end =
+          i > 0 ? steps.backward_start[static_cast<std::size_t>(i) - 1] : static_cast<int>(ops.size());
+      // Layer i's own backward never reads its output: the last reader is layer i+1's backward.
+      EXPECT_LT(out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
+      const TensorLifetime& d_out = find(tensors, p + "d_out");
+      EXPECT_GE(d_out.first_step, steps.backward_start[static_cast<std::size_t>(i) + 1]);
+      EXPECT_GE(d_out.last_step, steps.backward_start[static_cast<std::size_t>(i)]);
+      EXPECT_LT(d_out.last_step, layer_i_backward_end);
+      EXPECT_EQ(out.bytes, 64u * 12u * 2u);
+    }
+    EXPECT_EQ(find(tensors, "enc.gemm_workspace").bytes, kGemmWorkspaceBytes);
+    EXPECT_NO_THROW(check_plan(tensors, plan_memory(tensors)));
+  });
 }
 
 TEST(EncoderStackValidation, EveryLayersTensorsAreTheLayersOwn) {

@@ -80,73 +80,80 @@ inline int step_of(const std::vector<std::string>& ops, const std::string& name)
   return -1;
 }
 
-// What Recompute (layers/layer_run.h) does to one attention sub-layer's dry run ("<prefix>attn.",
-// "<prefix>self.", "<prefix>cross."): with attention dropout under pointwise, the forward's
-// probs_dropped dies in the forward and the backward redraws it into probs_redropped (as large)
-// at an op right before context_gemm_bwd_dv; otherwise probs_dropped (if any) lives into the
-// backward and nothing is redrawn. Either way the dV GEMM is the last reader of the probabilities
-// it uses, and the dP GEMM (the next op) first writes the probabilities' gradient, so that the
-// two need not be live at once.
+// The dry-run tests' variants with Recompute (layers/layer_run.h): small_config(pre, attn_dropout)
+// for pre- and post-LN, attention dropout 0 and 0.1, under Recompute none and pointwise;
+// fn(config, recompute) runs under a trace that names the variant.
+template <class Fn>
+void for_each_dry_run_variant(Fn&& fn) {
+  for (const bool pre : {true, false})
+    for (const double attn_dropout : {0.0, 0.1})
+      for (const Recompute recompute : {Recompute::none, Recompute::pointwise}) {
+        SCOPED_TRACE(variant_name(pre, attn_dropout) + " recompute=" + recompute_name(recompute));
+        fn(small_config(pre, attn_dropout), recompute);
+      }
+}
+
+// What Recompute does to one recomputable tensor of a sub-layer ("<prefix><sub-layer>."): when
+// `recomputed`, the forward's `kept` dies in the forward and the backward recomputes it into
+// `again` (as large) at op `recompute_op`, right before `reader`, its last reader; otherwise
+// `kept` lives up to `reader` and nothing is recomputed.
+inline void expect_recomputed(const std::vector<TensorLifetime>& tensors, const std::vector<std::string>& ops,
+                              int forward_ops, const std::string& sub, const char* kept, const char* again,
+                              const char* recompute_op, const char* reader, bool recomputed) {
+  SCOPED_TRACE(sub + kept);
+  ASSERT_EQ(names_of(tensors).count(sub + again), recomputed ? 1u : 0u);
+  const int recompute = step_of(ops, sub + recompute_op);
+  const int read = step_of(ops, sub + reader);
+  ASSERT_GE(read, forward_ops);
+  const TensorLifetime& k = lifetime_of(tensors, sub + kept);
+  if (recomputed) {
+    EXPECT_EQ(recompute, read - 1);
+    EXPECT_LT(k.last_step, forward_ops);  // a forward temporary now
+    const TensorLifetime& a = lifetime_of(tensors, sub + again);
+    EXPECT_EQ(a.bytes, k.bytes);
+    EXPECT_EQ(a.first_step, recompute);
+    EXPECT_EQ(a.last_step, read);
+  } else {
+    EXPECT_EQ(recompute, -1);
+    EXPECT_EQ(k.last_step, read);  // kept for the backward's reader
+  }
+}
+
+// The attention sub-layer ("<prefix>attn.", "<prefix>self.", "<prefix>cross."): with attention
+// dropout under pointwise, probs_dropped is redrawn into probs_redropped right before
+// context_gemm_bwd_dv; without attention dropout nothing is. Either way the dV GEMM is the last
+// reader of the probabilities it uses, and the dP GEMM (the next op) first writes their gradient,
+// so that the two need not be live at once.
 inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensors,
                                        const std::vector<std::string>& ops, int forward_ops,
                                        const std::string& attention, bool attn_dropout, bool pointwise) {
   SCOPED_TRACE(attention);
-  const bool redraws = attn_dropout && pointwise;
-  const std::set<std::string> names = names_of(tensors);
-  ASSERT_EQ(names.count(attention + "probs_redropped"), redraws ? 1u : 0u);
-  const int recompute = step_of(ops, attention + "probs_dropout_recompute");
-  const int context_bwd = step_of(ops, attention + "context_gemm_bwd_dv");
-  ASSERT_GE(context_bwd, forward_ops);
-  EXPECT_EQ(step_of(ops, attention + "context_gemm_bwd_dp"), context_bwd + 1);
-  const TensorLifetime& d_first =
-      lifetime_of(tensors, attention + (attn_dropout ? "d_probs_dropped" : "d_probs"));
-  EXPECT_EQ(d_first.first_step, context_bwd + 1);
-  if (!attn_dropout) {
-    EXPECT_EQ(recompute, -1);
-    EXPECT_GT(lifetime_of(tensors, attention + "probs").last_step, context_bwd);  // the softmax backward's
-    return;
-  }
-  const TensorLifetime& dropped = lifetime_of(tensors, attention + "probs_dropped");
-  if (redraws) {
-    EXPECT_EQ(recompute, context_bwd - 1);
-    EXPECT_LT(dropped.last_step, forward_ops);  // a forward temporary now
-    const TensorLifetime& redropped = lifetime_of(tensors, attention + "probs_redropped");
-    EXPECT_EQ(redropped.bytes, dropped.bytes);
-    EXPECT_EQ(redropped.first_step, recompute);
-    EXPECT_EQ(redropped.last_step, context_bwd);
+  const int dv = step_of(ops, attention + "context_gemm_bwd_dv");
+  ASSERT_GE(dv, forward_ops);
+  EXPECT_EQ(step_of(ops, attention + "context_gemm_bwd_dp"), dv + 1);
+  EXPECT_EQ(lifetime_of(tensors, attention + (attn_dropout ? "d_probs_dropped" : "d_probs")).first_step,
+            dv + 1);
+  if (attn_dropout) {
+    expect_recomputed(tensors, ops, forward_ops, attention, "probs_dropped", "probs_redropped",
+                      "probs_dropout_recompute", "context_gemm_bwd_dv", pointwise);
   } else {
-    EXPECT_EQ(recompute, -1);
-    EXPECT_EQ(dropped.last_step, context_bwd);  // kept for the context GEMM's backward
+    EXPECT_EQ(names_of(tensors).count(attention + "probs_redropped"), 0u);
+    EXPECT_EQ(step_of(ops, attention + "probs_dropout_recompute"), -1);
+    EXPECT_GT(lifetime_of(tensors, attention + "probs").last_step, dv);  // the softmax backward's
   }
 }
 
-// The same for the FFN sub-layer ("<prefix>ffn."): under pointwise the forward's act_out dies in
-// the forward and the backward recomputes it into act_recomputed right before ff2_gemm_bwd_dw,
-// fc2's weight gradient, its last reader; d_act is first written by the next op,
-// ff2_gemm_bwd_dx.
+// The FFN sub-layer ("<prefix>ffn."): under pointwise act_out is recomputed into act_recomputed
+// right before ff2_gemm_bwd_dw (fc2's weight gradient, its last reader); d_act is first written
+// by the next op, ff2_gemm_bwd_dx.
 inline void expect_ffn_recompute(const std::vector<TensorLifetime>& tensors,
                                  const std::vector<std::string>& ops, int forward_ops, const std::string& ffn,
                                  bool pointwise) {
-  SCOPED_TRACE(ffn);
-  const std::set<std::string> names = names_of(tensors);
-  ASSERT_EQ(names.count(ffn + "act_recomputed"), pointwise ? 1u : 0u);
-  const int recompute = step_of(ops, ffn + "bias_act_dropout_recompute");
-  const int ff2_bwd = step_of(ops, ffn + "ff2_gemm_bwd_dw");
-  ASSERT_GE(ff2_bwd, forward_ops);
-  EXPECT_EQ(step_of(ops, ffn + "ff2_gemm_bwd_dx"), ff2_bwd + 1);
-  EXPECT_EQ(lifetime_of(tensors, ffn + "d_act").first_step, ff2_bwd + 1);
-  const TensorLifetime& act_out = lifetime_of(tensors, ffn + "act_out");
-  if (pointwise) {
-    EXPECT_EQ(recompute, ff2_bwd - 1);
-    EXPECT_LT(act_out.last_step, forward_ops);
-    const TensorLifetime& again = lifetime_of(tensors, ffn + "act_recomputed");
-    EXPECT_EQ(again.bytes, act_out.bytes);
-    EXPECT_EQ(again.first_step, recompute);
-    EXPECT_EQ(again.last_step, ff2_bwd);
-  } else {
-    EXPECT_EQ(recompute, -1);
-    EXPECT_EQ(act_out.last_step, ff2_bwd);
-  }
+  const int dw = step_of(ops, ffn + "ff2_gemm_bwd_dw");
+  EXPECT_EQ(step_of(ops, ffn + "ff2_gemm_bwd_dx"), dw + 1);
+  EXPECT_EQ(lifetime_of(tensors, ffn + "d_act").first_step, dw + 1);
+  expect_recomputed(tensors, ops, forward_ops, ffn, "act_out", "act_recomputed", "bias_act_dropout_recompute",
+                    "ff2_gemm_bwd_dw", pointwise);
 }
 
 // Weights and grads of an encoder or decoder layer (EncoderLayerWeights/Grads or
