@@ -44,9 +44,11 @@ inline constexpr TensorId kNoTensor = static_cast<TensorId>(-1);
 //              (which it keeps for the softmax and activation backwards) with the forward's
 //              kernels and Philox streams, so they are bitwise the forward's, into temporaries
 //              that live from the recomputation to the GEMM that reads them.
-// pointwise saves B·N·Lq·Lk + T·F elements of kept memory per layer (128 MiB for transformer-big
-// at 8192 tokens in fp16), which a stack keeps once per layer, for one extra pass (a read and a
-// write) over each tensor per backward.
+// pointwise saves B·N·Lq·Lk (with attention dropout) + T·F elements of kept memory per layer
+// (128 MiB for transformer-big at 8192 tokens and L <= 256 in fp16), which a stack keeps once per
+// layer, for one extra pass (a read and a write) over each tensor per backward. The recomputing
+// kernels run under their forward launchers' NVTX names (dropout_fwd, bias_act_dropout_fwd)
+// inside the backward.
 enum class Recompute { none, pointwise };
 const char* recompute_name(Recompute recompute);
 

@@ -251,8 +251,9 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
 // Recompute::pointwise (the default: the backward redraws the dropped probabilities of both
 // attentions and the FFN activation) against Recompute::none (the forward keeps them, as
 // LightSeq2 does): the same kernels on the same inputs and Philox streams, so y, dx,
-// d_encoder_out and every parameter gradient are the same bits. Each run poisons its outputs with
-// a different byte (0xFF, 0x7F), so an element neither writes cannot pass. Every case and dtype of
+// d_encoder_out and every parameter gradient are the same bits. Each run poisons its outputs and
+// its planned block with a different byte (0xFF, 0x7F), so an element neither writes, or a
+// recomputed tensor that is read unwritten, cannot pass. Every case and dtype of
 // the reference test, dropout on and off.
 template <class T>
 void expect_recompute_is_bitwise_the_kept_path(const Case& cs, std::uint64_t seed) {
@@ -287,6 +288,9 @@ void expect_recompute_is_bitwise_the_kept_path(const Case& cs, std::uint64_t see
     DecoderLayerOptions options;
     options.recompute = recompute;
     DecoderLayer layer(config, weights, grads, cuda, options);
+    // The planned block too, so that a recomputation that wrote nothing cannot read the other
+    // run's values (or the same stale bytes) and pass.
+    SEQBENCH_CUDA_CHECK(cudaMemset(layer.memory().block(), poison, layer.block_bytes()));
     layer.forward(d_y.data(), d_x.data(), d_enc.data(), static_cast<std::size_t>(B),
                   static_cast<std::size_t>(L), static_cast<std::size_t>(S),
                   tl.empty() ? nullptr : d_tl.data(), sl.empty() ? nullptr : d_sl.data(), seed ^ 0xdec0deull,
