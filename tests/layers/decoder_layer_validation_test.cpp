@@ -103,13 +103,8 @@ TEST(DecoderLayerValidation, DryRunFollowsTheConfig) {
   for_each_dry_run_variant([](const LayerConfig& c, Recompute recompute) {
     const bool pre = c.pre_layer_norm;
     const double attn_dropout = c.attn_dropout;
-    DecoderLayerOptions options;
-    options.prefix = "dec2.";
-    options.gemm_workspace_bytes = 4096;
-    options.recompute = recompute;
-    std::vector<std::string> ops;
-    int forward_ops = 0;
-    const std::vector<TensorLifetime> tensors = decoder_layer_lifetimes(c, options, &ops, &forward_ops);
+    const DryRun run = dry_run(decoder_layer_lifetimes, c, "dec2.", recompute, 4096);
+    const auto& [tensors, ops, forward_ops] = run;
     const std::set<std::string> names = names_of(tensors);
     const bool pointwise = recompute == Recompute::pointwise;
     for (const char* sub : {"self.", "cross."})

@@ -113,13 +113,8 @@ TEST(EncoderLayerValidation, DryRunFollowsTheConfig) {
   for_each_dry_run_variant([](const LayerConfig& c, Recompute recompute) {
     const bool pre = c.pre_layer_norm;
     const double attn_dropout = c.attn_dropout;
-    EncoderLayerOptions options;
-    options.prefix = "enc3.";
-    options.gemm_workspace_bytes = 4096;
-    options.recompute = recompute;
-    std::vector<std::string> ops;
-    int forward_ops = 0;
-    const std::vector<TensorLifetime> tensors = encoder_layer_lifetimes(c, options, &ops, &forward_ops);
+    const DryRun run = dry_run(encoder_layer_lifetimes, c, "enc3.", recompute, 4096);
+    const auto& [tensors, ops, forward_ops] = run;
     const std::set<std::string> names = names_of(tensors);
     const bool pointwise = recompute == Recompute::pointwise;
     EXPECT_EQ(names.count("enc3.attn.probs_dropped"), attn_dropout > 0 ? 1u : 0u);

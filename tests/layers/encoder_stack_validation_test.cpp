@@ -32,15 +32,10 @@ struct LayerOps {
   std::vector<std::string> forward, backward;
 };
 LayerOps layer_ops(const LayerConfig& c, int i, Recompute recompute) {
-  EncoderLayerOptions o;
-  o.prefix = "enc" + std::to_string(i) + ".";
-  o.recompute = recompute;
-  std::vector<std::string> ops;
-  int forward_ops = 0;
-  encoder_layer_lifetimes(c, o, &ops, &forward_ops);
+  const DryRun d = dry_run(encoder_layer_lifetimes, c, "enc" + std::to_string(i) + ".", recompute);
   LayerOps r;
-  r.forward.assign(ops.begin(), ops.begin() + forward_ops);
-  r.backward.assign(ops.begin() + forward_ops, ops.end());
+  r.forward.assign(d.ops.begin(), d.ops.begin() + d.forward_ops);
+  r.backward.assign(d.ops.begin() + d.forward_ops, d.ops.end());
   return r;
 }
 

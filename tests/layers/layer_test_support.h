@@ -80,6 +80,29 @@ inline int step_of(const std::vector<std::string>& ops, const std::string& name)
   return -1;
 }
 
+// One layer's dry run: its tensors, its ops and how many of them are the forward's.
+struct DryRun {
+  std::vector<TensorLifetime> tensors;
+  std::vector<std::string> ops;
+  int forward_ops = 0;
+};
+
+// The dry run of encoder_layer_lifetimes or decoder_layer_lifetimes under `prefix` ("enc3.") and
+// `recompute`, with a GEMM workspace of `gemm_workspace_bytes` planned.
+template <class Options>
+DryRun dry_run(std::vector<TensorLifetime> (*lifetimes)(const LayerConfig&, const Options&,
+                                                        std::vector<std::string>*, int*),
+               const LayerConfig& config, const std::string& prefix, Recompute recompute,
+               std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes) {
+  Options options;
+  options.prefix = prefix;
+  options.gemm_workspace_bytes = gemm_workspace_bytes;
+  options.recompute = recompute;
+  DryRun r;
+  r.tensors = lifetimes(config, options, &r.ops, &r.forward_ops);
+  return r;
+}
+
 // The dry-run tests' variants with Recompute (layers/layer_run.h): small_config(pre, attn_dropout)
 // for pre- and post-LN, attention dropout 0 and 0.1, under Recompute none and pointwise;
 // fn(config, recompute) runs under a trace that names the variant.
