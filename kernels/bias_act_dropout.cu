@@ -121,15 +121,22 @@ RowTileArgs<T> make_args(std::int64_t rows, std::int64_t cols) {
   return args;
 }
 
-// Checks out = f(in0[, in1][, bias]) over [rows, cols]: non-null and disjoint.
+// Checks out = f(in0[, in1][, bias]) over [rows, cols]: non-null and disjoint; with
+// `out_may_be_in0`, out may also be in0 itself (in place), but not overlap it otherwise.
 template <class T>
 void require_elementwise(const char* op, T* out, const char* out_name, const T* in0, const char* in0_name,
                          const T* in1, const char* in1_name, const T* bias, std::int64_t rows,
-                         std::int64_t cols) {
+                         std::int64_t cols, bool out_may_be_in0 = false) {
   const std::size_t bytes = matrix_bytes<T>(rows, cols);
   require_non_null(out, op, out_name);
   require_non_null(in0, op, in0_name);
-  require_disjoint(out, bytes, in0, bytes, op, out_name, in0_name);
+  if (out_may_be_in0) {
+    SEQBENCH_REQUIRE(out == in0 || !ranges_overlap(out, bytes, in0, bytes),
+                     op << ": output " << out_name << " overlaps input " << in0_name
+                        << " without being it (in place means " << out_name << " == " << in0_name << ")");
+  } else {
+    require_disjoint(out, bytes, in0, bytes, op, out_name, in0_name);
+  }
   if (in1_name != nullptr) {
     require_non_null(in1, op, in1_name);
     require_disjoint(out, bytes, in1, bytes, op, out_name, in1_name);
@@ -202,7 +209,9 @@ void launch_bias_act_dropout_bwd(T* dx, T* dbias, const T* dy, const T* x, const
   const std::size_t bias_bytes = static_cast<std::size_t>(cols) * sizeof(T);
   if (rows > 0) {
     require_non_null(bias, op, "bias");
-    require_elementwise<T>(op, dx, "dx", dy, "dy", x, "x", bias, rows, cols);
+    // dx may be dy itself: each element is read, then written, by the one thread that owns it.
+    const bool in_place = dx != nullptr && dx == dy;
+    require_elementwise<T>(op, dx, "dx", dy, "dy", x, "x", bias, rows, cols, /*out_may_be_in0=*/true);
     require_disjoint(dx, matrix_bytes<T>(rows, cols), workspace, need, op, "dx", "workspace");
     require_disjoint(dbias, bias_bytes, dx, matrix_bytes<T>(rows, cols), op, "dbias", "dx");
     require_disjoint(dbias, bias_bytes, dy, matrix_bytes<T>(rows, cols), op, "dbias", "dy");
@@ -224,7 +233,11 @@ void launch_bias_act_dropout_bwd(T* dx, T* dbias, const T* dy, const T* x, const
     args.offset = dropout.offset;
     const float scale = dropout_keep_scale(dropout.p);
     dispatch_activation(act, [&](auto tag) {
-      launch_row_tile_dropout<T, 2, true, true>(args, FusedBackward<decltype(tag)::value>{scale}, stream);
+      using Fn = FusedBackward<decltype(tag)::value>;
+      if (in_place)
+        launch_row_tile_dropout<T, 2, true, true, true>(args, Fn{scale}, stream);
+      else
+        launch_row_tile_dropout<T, 2, true, true, false>(args, Fn{scale}, stream);
     });
   }
   launch_bias_grad_reduce<T>(dbias, static_cast<const float*>(workspace), rows, cols, stream);

@@ -60,9 +60,14 @@ const char* activation_name(Activation act);
 //   `dropout` must be the forward's (same p, seed, offset): the mask is redrawn from it.
 //   Workspace: bias_act_dropout_bwd_workspace_bytes(rows, cols) bytes, 4-byte aligned; its
 //   contents on entry do not matter. rows = 0 gives dbias = 0.
+//   In place: dx may be dy itself (dx == dy), and the result is bitwise the out-of-place one. Each
+//   element is read and then written by the one thread that owns it; the in-place instance only
+//   drops __restrict__ from dx and dy. A layer's FFN backward uses it so that the activation's
+//   gradient and fc1's output gradient ([rows, ffn] each) share one buffer (layers/ffn_sublayer.h).
 //
 // Limits (both): rows, cols >= 0, cols <= 2^31 - 1, rows·cols <= 2^62; 0 <= p <= 1; pointers
-// non-null when their tensor is non-empty; outputs overlap no input (no in-place).
+// non-null when their tensor is non-empty; outputs overlap no input, except the backward's
+// dx == dy (a partial overlap of dx and dy is refused too).
 template <class T>
 void launch_bias_act_dropout_fwd(T* y, const T* x, const T* bias, std::int64_t rows, std::int64_t cols,
                                  Activation act, const DropoutConfig& dropout, cudaStream_t stream);

@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
@@ -42,12 +43,16 @@ struct FlatArgs {
 // are 32 consecutive ones starting at a multiple of 32, so the 32/K lanes covering one 32-element
 // mask word are consecutive and aligned, and an xor-shuffle butterfly over them assembles the
 // word. No thread returns early: every lane must reach the shuffles.
-template <class T, MaskSource kSource>
+//
+// kInPlace: out == in (the regenerating backward's dx == dy). A thread reads its K elements once
+// and then writes them, and no other thread touches them, so in place is race-free; the in-place
+// instance only drops __restrict__ from out and in.
+template <class T, MaskSource kSource, bool kInPlace>
 __global__ void __launch_bounds__(kThreads) dropout_kernel(const FlatArgs<T> args) {
   constexpr int K = Packed<T>::kSize;
   constexpr int kLanesPerWord = 32 / K;
-  T* __restrict__ out = args.out;
-  const T* __restrict__ in = args.in;
+  std::conditional_t<kInPlace, T*, T* __restrict__> out = args.out;
+  std::conditional_t<kInPlace, const T*, const T* __restrict__> in = args.in;
   const std::uint64_t vector = static_cast<std::uint64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const std::uint64_t first = vector * K;
   const int count = first < args.n ? static_cast<int>(args.n - first < K ? args.n - first : K) : 0;
@@ -116,25 +121,33 @@ constexpr std::uint64_t max_flat_elements() {
   return std::uint64_t{0x7fffffff} * kThreads * Packed<T>::kSize;
 }
 
+// With `out_may_be_in`, out may be in itself (in place), but not overlap it otherwise.
 template <class T>
 void require_flat_tensors(T* out, const T* in, std::size_t n, const char* op, const char* out_name,
-                          const char* in_name) {
+                          const char* in_name, bool out_may_be_in = false) {
   SEQBENCH_REQUIRE(n <= max_flat_elements<T>(), op << ": n = " << n << " > " << max_flat_elements<T>());
   require_non_null(out, op, out_name);
   require_non_null(in, op, in_name);
-  require_disjoint(out, n * sizeof(T), in, n * sizeof(T), op, out_name, in_name);
+  if (out_may_be_in) {
+    SEQBENCH_REQUIRE(out == in || !ranges_overlap(out, n * sizeof(T), in, n * sizeof(T)),
+                     op << ": output " << out_name << " overlaps input " << in_name
+                        << " without being it (in place means " << out_name << " == " << in_name << ")");
+  } else {
+    require_disjoint(out, n * sizeof(T), in, n * sizeof(T), op, out_name, in_name);
+  }
 }
 
 bool aligned16(const void* ptr) {
   return reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
 }
 
-template <class T, MaskSource kSource>
+// kInPlace: see dropout_kernel; the caller has checked that args.out == args.in.
+template <class T, MaskSource kSource, bool kInPlace = false>
 void launch_flat(const FlatArgs<T>& args, cudaStream_t stream) {
   constexpr int K = Packed<T>::kSize;
   const std::uint64_t vectors = (args.n + K - 1) / K;
   const std::uint64_t blocks = (vectors + kThreads - 1) / kThreads;
-  dropout_kernel<T, kSource><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+  dropout_kernel<T, kSource, kInPlace><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -201,7 +214,7 @@ void launch_dropout_bwd_regenerate(T* dx, const T* dy, std::size_t n, const Drop
   constexpr const char* op = "dropout_bwd_regenerate";
   require_dropout_probability(config.p, op);
   if (n == 0) return;
-  require_flat_tensors(dx, dy, n, op, "dx", "dy");
+  require_flat_tensors(dx, dy, n, op, "dx", "dy", /*out_may_be_in=*/true);
   FlatArgs<T> args;
   args.out = dx;
   args.in = dy;
@@ -211,7 +224,10 @@ void launch_dropout_bwd_regenerate(T* dx, const T* dy, std::size_t n, const Drop
   args.seed = config.seed;
   args.offset = config.offset;
   args.vector_path = aligned16(dx) && aligned16(dy);
-  launch_flat<T, MaskSource::philox>(args, stream);
+  if (dx == dy)
+    launch_flat<T, MaskSource::philox, true>(args, stream);
+  else
+    launch_flat<T, MaskSource::philox>(args, stream);
 }
 
 void launch_dropout_mask_u8(std::uint8_t* mask, std::size_t n, const DropoutConfig& config,

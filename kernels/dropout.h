@@ -20,7 +20,8 @@
 // dropout_mask_bytes(n) = 4·ceil(n/32) bytes; the buffer must be 4-byte aligned.
 //
 // Types: T ∈ {float, __half, __nv_bfloat16}; arithmetic in float, one rounding to T per output.
-// Outputs must not overlap inputs (checked): the kernels read through __restrict__ pointers.
+// Outputs must not overlap inputs (checked): the kernels read through __restrict__ pointers. The
+// one exception is launch_dropout_bwd_regenerate's dx == dy (in place), which has its own instance.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -67,6 +68,9 @@ constexpr std::size_t dropout_mask_bytes(std::size_t n) {
 // launch_dropout_bwd_regenerate<T>(dx, dy, n, config, stream)
 //   What: dx[i] = keep(i) ? dy[i] / (1-p) : 0 with keep redrawn from config's (seed, offset):
 //   the same kernel as the forward without a mask. 0 bytes of saved state.
+//   In place: dx may be dy itself (dx == dy; a partial overlap is refused), bitwise the
+//   out-of-place result. The attention backward uses it so that the dropped probabilities'
+//   gradient and the probabilities' gradient share one [B·N·Lq, Lk] buffer.
 template <class T>
 void launch_dropout_fwd(T* y, const T* x, std::size_t n, const DropoutConfig& config, void* mask,
                         std::size_t mask_bytes, cudaStream_t stream);

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -105,15 +106,21 @@ inline void require_non_null(const void* ptr, const char* op, const char* name) 
   SEQBENCH_REQUIRE(ptr != nullptr, op << ": " << name << " is null");
 }
 
-// Outputs are written through __restrict__ pointers, so no output may share a byte with an input.
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (false when either is null or empty).
+inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+// Outputs are written through __restrict__ pointers, so no output may share a byte with an input
+// (the one in-place case, bias_act_dropout_bwd's dx == dy, is checked by its launcher).
 inline void require_disjoint(const void* out, std::size_t out_bytes, const void* in, std::size_t in_bytes,
                              const char* op, const char* out_name, const char* in_name) {
-  if (out == nullptr || in == nullptr || out_bytes == 0 || in_bytes == 0) return;
-  const auto o = reinterpret_cast<std::uintptr_t>(out);
-  const auto i = reinterpret_cast<std::uintptr_t>(in);
-  SEQBENCH_REQUIRE(o + out_bytes <= i || i + in_bytes <= o, op << ": output " << out_name
-                                                               << " overlaps input " << in_name
-                                                               << " (in-place is not supported)");
+  SEQBENCH_REQUIRE(!ranges_overlap(out, out_bytes, in, in_bytes), op << ": output " << out_name
+                                                                     << " overlaps input " << in_name
+                                                                     << " (in-place is not supported)");
 }
 
 // [rows, cols] activations: sizes >= 0, cols <= 2^31 - 1 (one grid row of column tiles), and
@@ -274,11 +281,18 @@ __device__ __forceinline__ void store_floats(T* __restrict__ dst, const float (&
 // out[r, c] = fn(in0[r, c], in1[r, c], bias[c], keep(r·cols + c)) in float, rounded once to T;
 // with kReduce, also partials[blockIdx.y, c] = Σ over the block's rows of that float value, in a
 // fixed order (each thread's rows in increasing order, then the 8 row lanes in order).
-template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, class Fn>
+//
+// kOutIsIn0: out and in0 are the same array (in place). Each element is read and then written by
+// the one thread that owns it, and by no other, so in place is race-free; what changes is that
+// out and in0 lose __restrict__ (the compiler may then neither use the read-only path for in0 nor
+// move a later row's in0 load above an earlier row's store). in1 and bias stay __restrict__.
+template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, bool kOutIsIn0, class Fn>
 __global__ void __launch_bounds__(kTileThreads) row_tile_kernel(const RowTileArgs<T> args, const Fn fn) {
   constexpr int K = Packed<T>::kSize;
-  T* __restrict__ out = args.out;
-  const T* __restrict__ in0 = args.in0;
+  using OutPtr = std::conditional_t<kOutIsIn0, T*, T* __restrict__>;
+  using In0Ptr = std::conditional_t<kOutIsIn0, const T*, const T* __restrict__>;
+  OutPtr out = args.out;
+  In0Ptr in0 = args.in0;
   const T* __restrict__ in1 = args.in1;
   const std::int64_t cols = args.cols;
   const std::int64_t col0 = (static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x) * K;
@@ -331,7 +345,8 @@ __global__ void __launch_bounds__(kTileThreads) row_tile_kernel(const RowTileArg
   if constexpr (kReduce) write_column_partials<K>(acc, args.partials, cols);
 }
 
-template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, class Fn>
+// kOutIsIn0: see row_tile_kernel; the caller has checked that args.out == args.in0.
+template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, bool kOutIsIn0 = false, class Fn>
 void launch_row_tile(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
   constexpr int K = Packed<T>::kSize;
   const RowTilePlan plan = make_row_tile_plan(args.rows, args.cols);
@@ -340,7 +355,7 @@ void launch_row_tile(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
   args.vector_path = row_tile_vector_ok(args);
   const std::int64_t col_tiles = (args.cols + kTileCols * K - 1) / (kTileCols * K);
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(plan.row_blocks));
-  row_tile_kernel<T, kInputs, kBias, kMask, kReduce, Fn>
+  row_tile_kernel<T, kInputs, kBias, kMask, kReduce, kOutIsIn0, Fn>
       <<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(args, fn);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
@@ -348,12 +363,12 @@ void launch_row_tile(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
 // launch_row_tile for the dropout kernels: p = 0 keeps every element (philox_keep keeps u >= p, and
 // u >= 0 always; the keep scale is 1), so it runs the kMask = false instance, the same bits without
 // the Philox draws (K/4 Philox calls per thread-row and their integer work).
-template <class T, int kInputs, bool kBias, bool kReduce, class Fn>
+template <class T, int kInputs, bool kBias, bool kReduce, bool kOutIsIn0 = false, class Fn>
 void launch_row_tile_dropout(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
   if (args.p == 0.0f)
-    launch_row_tile<T, kInputs, kBias, false, kReduce>(args, fn, stream);
+    launch_row_tile<T, kInputs, kBias, false, kReduce, kOutIsIn0>(args, fn, stream);
   else
-    launch_row_tile<T, kInputs, kBias, true, kReduce>(args, fn, stream);
+    launch_row_tile<T, kInputs, kBias, true, kReduce, kOutIsIn0>(args, fn, stream);
 }
 
 // dbias[c] = Σ_b partials[b, c] over b = 0 .. row_blocks-1 in a fixed order: row lane y sums

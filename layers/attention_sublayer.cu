@@ -138,12 +138,13 @@ void record_attention_backward(PlanBuilder& plan, AttentionIds& id, TensorId d_o
   plan.gemm_op(a + "context_gemm_bwd_dv", {id.d_ctx_heads, context_probs}, {dv_heads});
   std::vector<TensorId> dp_reads = {id.d_ctx_heads};
   dp_reads.insert(dp_reads.end(), heads.begin(), heads.end());
+  plan.gemm_op(a + "context_gemm_bwd_dp", dp_reads, {id.d_probs});
   if (attn_drop) {
-    id.d_probs_dropped = plan.act(a + "d_probs_dropped", plan.scores());
-    plan.gemm_op(a + "context_gemm_bwd_dp", dp_reads, {id.d_probs_dropped});
-    plan.op(a + "probs_dropout_bwd", {id.d_probs_dropped}, {id.d_probs});
-  } else {
-    plan.gemm_op(a + "context_gemm_bwd_dp", dp_reads, {id.d_probs});
+    // In place: the gradient of the dropped probabilities becomes that of the probabilities in
+    // its own buffer (the regenerating dropout backward allows dx == dy), so the attention
+    // backward's peak holds two score-sized tensors (probs, kept, and this one), not three.
+    id.d_probs_dropped = id.d_probs;
+    plan.op(a + "probs_dropout_bwd", {id.d_probs}, {id.d_probs});
   }
   plan.op(a + "softmax_bwd", {id.d_probs, id.probs}, {id.d_probs});
   std::vector<TensorId> scores_reads = {id.d_probs};
@@ -346,15 +347,14 @@ void AttentionSublayer<T>::backward(LayerRun<T>& r, T* d_x, T* d_kv_source, cons
   r.gemm(per_head(GemmOp::transpose, r.act(context_probs_id, s.S), s.Lq, s.Lk, GemmOp::none, d_ctx_heads,
                   s.Lq, s.d, dv, s.B * s.N, 1.0f));
   r.op(n + "context_gemm_bwd_dp");
-  T* d_probs_first = r.act(s.attn_drop ? ids.d_probs_dropped : ids.d_probs, s.S);
-  r.gemm(per_head(GemmOp::none, d_ctx_heads, s.Lq, s.d, GemmOp::transpose, v, s.Lk, s.d, d_probs_first,
-                  s.B * s.N, 1.0f));
-  T* d_probs = d_probs_first;
+  T* d_probs = r.act(ids.d_probs, s.S);
+  r.gemm(per_head(GemmOp::none, d_ctx_heads, s.Lq, s.d, GemmOp::transpose, v, s.Lk, s.d, d_probs, s.B * s.N,
+                  1.0f));
   if (s.attn_drop) {
     r.op(n + "probs_dropout_bwd");
-    d_probs = r.act(ids.d_probs, s.S);
-    kernels::launch_dropout_bwd_regenerate<T>(d_probs, d_probs_first, static_cast<std::size_t>(s.S),
-                                              dropout.first, stream);
+    // In place (record_attention_backward): d_probs_dropped is d_probs.
+    kernels::launch_dropout_bwd_regenerate<T>(d_probs, d_probs, static_cast<std::size_t>(s.S), dropout.first,
+                                              stream);
   }
   r.op(n + "softmax_bwd");
   // dS' = softmax'(d_probs) with scale 1 (the scale lives in the GEMMs' alpha), in place.

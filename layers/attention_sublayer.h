@@ -38,7 +38,9 @@
 //            softmax_bwd scores_gemm_bwd q_bias_split_bwd q_gemm_bwd [kv_bias_split_bwd
 //            kv_gemm_bwd] [ln_bwd] residual_add_bwd
 // The context GEMM's backward is two ops, dV = P_dropᵀ·dC then dP_drop = dC·Vᵀ, so that the
-// probabilities dV reads die before dP_drop (as large) is written.
+// probabilities dV reads die before dP_drop (as large) is written. dP_drop is written into
+// d_probs, and the dropout and softmax backwards then run in place in it: the backward's peak
+// holds two score-sized tensors (probs and d_probs), as LightSeq2's Fig. 8 accounting has it.
 // probs_dropout_recompute is there with attention dropout under Recompute::pointwise
 // (layers/layer_run.h): the forward's probs_dropped then dies at context_gemm, and the backward
 // redraws it (the same kernel on the same probs and stream) into probs_redropped.
@@ -97,6 +99,7 @@ struct AttentionIds {
   // Backward.
   TensorId d_residual = kNoTensor, ln_ws = kNoTensor, d_out_raw = kNoTensor, bdr_ws = kNoTensor;
   TensorId d_ctx = kNoTensor, d_ctx_heads = kNoTensor, d_q_heads = kNoTensor, d_kv_heads = kNoTensor;
+  // d_probs_dropped (with attention dropout) is d_probs: probs_dropout_bwd runs in place.
   TensorId d_probs_dropped = kNoTensor, d_probs = kNoTensor, d_q = kNoTensor, q_ws = kNoTensor;
   // Recompute::pointwise with attention dropout: the backward's copy of probs_dropped, redrawn
   // from probs (op probs_dropout_recompute, before context_gemm_bwd_dv); kNoTensor otherwise, and

@@ -65,7 +65,9 @@ void record_ffn_backward(PlanBuilder& plan, FfnIds& id, TensorId d_out, TensorId
   plan.gemm_op(f + "ff2_gemm_bwd_dw", {id.d_ff2_raw, act_out}, {});
   id.d_act = plan.act(f + "d_act", T * F);
   plan.gemm_op(f + "ff2_gemm_bwd_dx", {id.d_ff2_raw}, {id.d_act});
-  id.d_ff1 = plan.act(f + "d_ff1", T * F);
+  // In place: fc1's output gradient overwrites the activation's (the kernel allows dx == dy), so
+  // the FFN backward holds two [T, F] tensors at its peak (ff1_raw and this one), not three.
+  id.d_ff1 = id.d_act;
   id.bad_ws = plan.bytes(f + "bias_act_dropout_bwd_ws", plan.bias_act_dropout_bwd_ws());
   plan.op(f + "bias_act_dropout_bwd", {id.d_act, id.ff1_raw}, {id.d_ff1, id.bad_ws});
   id.d_ff1_in = plan.act(f + "d_ff1_in", T * H);
@@ -146,7 +148,7 @@ void FfnSublayer<T>::backward(LayerRun<T>& r, T* d_x, const T* d_out, const T* x
   T* d_act = r.act(ids.d_act, rows * F);
   r.gemm(linear_dx(d_ff2, w.fc2_weight, d_act, rows, H, F));
   r.op(n + "bias_act_dropout_bwd");
-  T* d_ff1 = r.act(ids.d_ff1, rows * F);
+  T* d_ff1 = r.act(ids.d_ff1, rows * F);  // d_act itself: in place (record_ffn_backward)
   {
     const std::size_t need = kernels::bias_act_dropout_bwd_workspace_bytes(rows, F);
     kernels::launch_bias_act_dropout_bwd<T>(d_ff1, as<T>(g.fc1_bias), d_act, r.act(ids.ff1_raw, rows * F),

@@ -14,7 +14,10 @@
 //   backward [ln_bwd] bias_dropout_residual_bwd [bias_act_dropout_recompute] ff2_gemm_bwd_dw
 //            ff2_gemm_bwd_dx bias_act_dropout_bwd ff1_gemm_bwd [ln_bwd] residual_add_bwd
 // fc2's backward is two ops, the weight gradient first, so that the activation it reads dies
-// before the activation's gradient (as large) is written.
+// before the activation's gradient (as large) is written; bias_act_dropout_bwd then turns that
+// gradient into fc1's output gradient in place. The backward's peak holds two [T, ffn] tensors
+// (fc1's output, kept, and the gradient), where the eager baseline holds three and its byte
+// mask (layers/baseline_sublayers.cu).
 // bias_act_dropout_recompute is there under Recompute::pointwise (layers/layer_run.h): the
 // forward's act_out then dies at ff2_gemm, and the backward recomputes it from ff1_raw (the same
 // kernel, bias and Philox stream) into act_recomputed for fc2's weight gradient.
@@ -50,6 +53,7 @@ struct FfnIds {
   TensorId ff1_raw = kNoTensor, act_out = kNoTensor, ff2_raw = kNoTensor, residual = kNoTensor;
   // Backward.
   TensorId d_residual = kNoTensor, ln_ws = kNoTensor, d_ff2_raw = kNoTensor, bdr_ws = kNoTensor;
+  // d_ff1 (fc1's output gradient) is d_act: bias_act_dropout_bwd writes it in place.
   TensorId d_act = kNoTensor, d_ff1 = kNoTensor, bad_ws = kNoTensor, d_ff1_in = kNoTensor,
            d_ln_in = kNoTensor;
   // Recompute::pointwise: the backward's copy of act_out, recomputed from ff1_raw (op

@@ -222,7 +222,7 @@ const char* kRule =
 // Checks.
 
 struct Tallies {
-  Tally fwd, bwd_dx, bwd_dbias, repeat, unfused_z, unfused_fwd, unfused_dx, unfused_dbias;
+  Tally fwd, bwd_dx, bwd_dbias, repeat, in_place, unfused_z, unfused_fwd, unfused_dx, unfused_dbias;
   Tallies(const std::string& prefix, const std::string& suffix)
       : fwd(prefix + "fwd" + suffix, kRule),
         bwd_dx(prefix + "bwd_dx" + suffix, kRule),
@@ -230,13 +230,17 @@ struct Tallies {
         repeat(prefix + "determinism" + suffix,
                "bitwise: a second fused forward and backward on the same inputs (workspace re-poisoned) "
                "reproduce y, dx and dbias exactly"),
+        in_place(prefix + "bwd_in_place" + suffix,
+                 "bitwise: the fused backward with dx == dy (in place, as the layers run it) reproduces the "
+                 "out-of-place dx and dbias exactly, writing nothing outside them"),
         unfused_z(prefix + "unfused_bias_add" + suffix, "per element |got-want| <= (u_T + u_f32)|x + b|"),
         unfused_fwd(prefix + "unfused_fwd" + suffix, kRule),
         unfused_dx(prefix + "unfused_bwd_dx" + suffix, kRule),
         unfused_dbias(prefix + "unfused_bwd_dbias" + suffix, kRule) {}
   std::vector<CheckResult> results() const {
-    return {fwd.result(),       bwd_dx.result(),      bwd_dbias.result(),  repeat.result(),
-            unfused_z.result(), unfused_fwd.result(), unfused_dx.result(), unfused_dbias.result()};
+    return {fwd.result(),         bwd_dx.result(),     bwd_dbias.result(),
+            repeat.result(),      in_place.result(),   unfused_z.result(),
+            unfused_fwd.result(), unfused_dx.result(), unfused_dbias.result()};
   }
 };
 
@@ -274,6 +278,22 @@ void check_case(const MatrixCase& c, Activation act, Tallies& t) {
                                                 c.cols, act, config, workspace, ws_bytes, nullptr);
       });
   const std::vector<T>&y_first = fused.y, &dx_first = fused.dx, &dbias_first = fused.dbias;
+
+  // In place: dy's own buffer (at dy's offset) becomes dx; dbias and the workspace are poisoned.
+  {
+    Guarded<T> d_in_place(n, c.off_in1), dbias_ip(static_cast<std::size_t>(c.cols), c.off_bias);
+    d_in_place.upload(dy);
+    DeviceBuffer<unsigned char> ws(ws_bytes);
+    ws.fill_bytes(0xFF);
+    kernels::launch_bias_act_dropout_bwd<T>(d_in_place.data(), dbias_ip.data(), d_in_place.data(), x_d.data(),
+                                            bias_d.data(), c.rows, c.cols, act, config, ws.data(), ws_bytes,
+                                            nullptr);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    t.in_place.add_exact(same_bits(d_in_place.download(t.in_place, where), dx_first), where,
+                         "in-place dx differs bitwise from the out-of-place dx");
+    t.in_place.add_exact(same_bits(dbias_ip.download(t.in_place, where), dbias_first), where,
+                         "in-place dbias differs bitwise from the out-of-place dbias");
+  }
 
   // The unfused baseline, forward then backward, as the experiments run it.
   Guarded<T> z(n, c.off_out), a(n, c.off_out2), y_u(n, c.off_out), da(n, c.off_out2), dz(n, c.off_out);

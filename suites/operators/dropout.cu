@@ -201,8 +201,11 @@ std::vector<CheckResult> dropout_checks_for(std::uint64_t seed) {
                   "bitwise: the forward's packed mask equals reference make_dropout_mask packed on the host "
                   "(padding bits 0, nothing past dropout_mask_bytes(n) written)");
   Tally bwd(prefix + "bwd_bitmask" + suffix, kDropoutRule);
-  Tally regen(prefix + "bwd_regenerate" + suffix,
-              std::string(kDropoutRule) + "; and bitwise equal to bwd_bitmask (the same mask)");
+  Tally regen(
+      prefix + "bwd_regenerate" + suffix,
+      std::string(kDropoutRule) +
+          "; and bitwise equal to bwd_bitmask (the same mask), out of place and in place (dx == dy, as "
+          "the attention backward runs it)");
   Tally mask_u8(prefix + "unfused_mask_u8" + suffix,
                 "bitwise: uint8 mask equals reference make_dropout_mask");
   Tally apply(prefix + "unfused_apply_u8" + suffix,
@@ -252,6 +255,15 @@ std::vector<CheckResult> dropout_checks_for(std::uint64_t seed) {
     }
     regen.add_exact(std::memcmp(got_dx.data(), got_regen.data(), c.n * sizeof(T)) == 0, where,
                     "regenerated backward differs bitwise from the bit-packed one");
+    {
+      Guarded<T> in_place(c.n, c.in_offset);
+      in_place.upload(dy);
+      kernels::launch_dropout_bwd_regenerate<T>(in_place.data(), in_place.data(), c.n, config, nullptr);
+      SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<T> got_in_place = in_place.download(regen, where);
+      regen.add_exact(std::memcmp(got_in_place.data(), got_regen.data(), c.n * sizeof(T)) == 0, where,
+                      "in-place regenerated backward (dx == dy) differs bitwise from the out-of-place one");
+    }
 
     // The unfused baseline: a uint8 mask (at a byte offset), then a multiply.
     Guarded<std::uint8_t> u8(c.n, c.mask_byte_offset);

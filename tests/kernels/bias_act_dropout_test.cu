@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -34,11 +35,12 @@ TEST(BiasActDropoutGpu, EveryLauncherMatchesTheReference) {
     names.insert(r.name);
     EXPECT_TRUE(r.passed) << r.name << ": " << r.detail;
   }
-  EXPECT_EQ(results.size(), 3u * 3u * 8u);
+  EXPECT_EQ(results.size(), 3u * 3u * 9u);
   for (const std::string act : {"relu", "gelu_erf", "gelu_tanh"}) {
     for (const std::string dtype : {"f32", "f16", "bf16"}) {
-      for (const std::string kernel : {"fwd", "bwd_dx", "bwd_dbias", "determinism", "unfused_bias_add",
-                                       "unfused_fwd", "unfused_bwd_dx", "unfused_bwd_dbias"}) {
+      for (const std::string kernel :
+           {"fwd", "bwd_dx", "bwd_dbias", "determinism", "bwd_in_place", "unfused_bias_add", "unfused_fwd",
+            "unfused_bwd_dx", "unfused_bwd_dbias"}) {
         EXPECT_EQ(names.count("operators/bias_act_dropout/" + act + "/" + kernel + "/" + dtype), 1u)
             << act << "/" << kernel << "/" << dtype;
       }
@@ -141,6 +143,54 @@ TEST(BiasActDropoutGpu, ReluDerivativeAtZeroIsZero) {
     const float z = x[i] + bias[i % static_cast<std::size_t>(cols)];
     EXPECT_EQ(y[i], z > 0.0f ? z : 0.0f) << "element " << i;
     EXPECT_EQ(dx[i], z > 0.0f ? prob.dy[i] : 0.0f) << "element " << i << " z=" << z;
+  }
+}
+
+// In place (dx == dy, what the layers' FFN backward runs): dx and dbias are bitwise the
+// out-of-place launch's, on the vector path, the scalar tail (cols % K != 0), a misaligned start,
+// with and without the mask (p = 0 runs the mask-free instance), for every dtype and activation.
+template <class T>
+void expect_in_place_backward_is_out_of_place(std::int64_t rows, std::int64_t cols, std::size_t misalign,
+                                              Activation act, float p, std::uint64_t seed) {
+  const std::size_t n = static_cast<std::size_t>(rows * cols);
+  Problem<T> prob(rows, cols, misalign, random_values<T>(n, seed, -2.0f, 2.0f),
+                  random_values<T>(static_cast<std::size_t>(cols), seed + 1, -0.5f, 0.5f),
+                  random_values<T>(n, seed + 2, -1.0f, 1.0f));
+  const DropoutConfig config{p, seed, 12};
+  prob.run(act, config);  // out of place: dx, dbias
+  DeviceBuffer<T> dbias_in_place(prob.bias.size() + misalign);
+  dbias_in_place.fill_bytes(0xA5);
+  prob.workspace.fill_bytes(0x5A);
+  T* dy = prob.dy_d.data() + misalign;
+  kernels::launch_bias_act_dropout_bwd<T>(
+      dy, dbias_in_place.data() + misalign, dy, prob.x_d.data() + misalign, prob.bias_d.data() + misalign,
+      rows, cols, act, config, prob.workspace.data(), prob.workspace.size(), nullptr);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " misalign " +
+                           std::to_string(misalign) + " " + kernels::activation_name(act) +
+                           " p=" + std::to_string(p);
+  // The buffers' first `misalign` elements are not the tensors' (and hold different poison).
+  const auto tensor = [misalign](const DeviceBuffer<T>& b) {
+    const std::vector<T> all = b.copy_to_host();
+    return std::vector<T>(all.begin() + static_cast<std::ptrdiff_t>(misalign), all.end());
+  };
+  EXPECT_TRUE(operators::check_util::same_bits(tensor(prob.dy_d), tensor(prob.dx))) << what << ": dx";
+  EXPECT_TRUE(operators::check_util::same_bits(tensor(dbias_in_place), tensor(prob.dbias)))
+      << what << ": dbias";
+}
+
+TEST(BiasActDropoutGpu, InPlaceBackwardIsBitwiseTheOutOfPlaceOne) {
+  SEQBENCH_REQUIRE_GPU();
+  std::uint64_t seed = 900;
+  for (const Activation act : {Activation::relu, Activation::gelu_erf, Activation::gelu_tanh}) {
+    for (const float p : {0.0f, 0.3f}) {
+      expect_in_place_backward_is_out_of_place<float>(257, 1024, 0, act, p, seed += 3);
+      expect_in_place_backward_is_out_of_place<float>(33, 1023, 0, act, p, seed += 3);
+      expect_in_place_backward_is_out_of_place<__half>(129, 4096, 0, act, p, seed += 3);
+      expect_in_place_backward_is_out_of_place<__half>(64, 4096, 3, act, p, seed += 3);
+      expect_in_place_backward_is_out_of_place<__nv_bfloat16>(1000, 72, 0, act, p, seed += 3);
+      expect_in_place_backward_is_out_of_place<__nv_bfloat16>(7, 4097, 1, act, p, seed += 3);
+    }
   }
 }
 

@@ -233,12 +233,22 @@ TEST(BiasActDropoutLaunchers, RejectOverlaps) {
       "output y overlaps input bias");
   const std::size_t ws = bias_act_dropout_bwd_workspace_bytes(rows, cols);
   auto* far = base + 1000;
+  // dx == dy (in place) is allowed; dx overlapping dy without being it is not.
+  for (float* dy : {base + 1, base + 31, base - 31}) {
+    expect_error(
+        [&] {
+          launch_bias_act_dropout_bwd<float>(base, far, dy, far + 100, far + 200, rows, cols, a, ok,
+                                             far + 300, ws, nullptr);
+        },
+        "bias_act_dropout_bwd: output dx overlaps input dy without being it (in place means dx == dy)");
+  }
+  // In place, dx (= dy) must still be disjoint from x.
   expect_error(
       [&] {
-        launch_bias_act_dropout_bwd<float>(base, far, base, far + 100, far + 200, rows, cols, a, ok,
+        launch_bias_act_dropout_bwd<float>(base, far, base, base + 16, far + 200, rows, cols, a, ok,
                                            far + 300, ws, nullptr);
       },
-      "output dx overlaps input dy");
+      "output dx overlaps input x");
   expect_error(
       [&] {
         launch_bias_act_dropout_bwd<float>(base, far, far + 100, far + 200, far + 300, rows, cols, a, ok,

@@ -255,8 +255,18 @@ TEST(DropoutLaunchers, RejectOverlappingOutputs) {
         launch_dropout_fwd<float>(buffer, buffer + 100, 10, {0.1f, 1, 2}, buffer + 102, 64, nullptr);
       },
       "output mask overlaps input x");
+  expect_error([&] { launch_dropout_bwd<float>(buffer, buffer, 10, 0.1f, buffer + 96, 64, nullptr); },
+               "dropout_bwd: output dx overlaps input dy (in-place is not supported)");
   expect_error([&] { launch_dropout_bwd<float>(buffer, buffer + 100, 100, 0.1f, buffer + 96, 64, nullptr); },
                "output dx overlaps input mask");
+  // The regenerating backward runs in place (dx == dy), but refuses a partial overlap.
+  for (float* dy : {buffer + 1, buffer + 9, buffer - 9}) {
+    expect_error(
+        [&] {
+          launch_dropout_bwd_regenerate<float>(buffer, dy, 10, {0.1f, 1, 2}, nullptr);
+        },
+        "dropout_bwd_regenerate: output dx overlaps input dy without being it (in place means dx == dy)");
+  }
   expect_error(
       [&] {
         launch_dropout_apply_u8<float>(buffer, buffer + 100,

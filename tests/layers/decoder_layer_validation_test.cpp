@@ -114,7 +114,6 @@ TEST(DecoderLayerValidation, DryRunFollowsTheConfig) {
     for (const char* sub : {"self.", "cross."}) {
       const std::string s = std::string("dec2.") + sub;
       EXPECT_EQ(names.count(s + "probs_dropped"), attn_dropout > 0 ? 1u : 0u);
-      EXPECT_EQ(names.count(s + "d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);
       EXPECT_EQ(names.count(s + "residual"), pre ? 0u : 1u);
       EXPECT_EQ(names.count(s + "ln_out"), pre ? 1u : 0u);
     }

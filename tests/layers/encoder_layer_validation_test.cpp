@@ -118,7 +118,6 @@ TEST(EncoderLayerValidation, DryRunFollowsTheConfig) {
     const std::set<std::string> names = names_of(tensors);
     const bool pointwise = recompute == Recompute::pointwise;
     EXPECT_EQ(names.count("enc3.attn.probs_dropped"), attn_dropout > 0 ? 1u : 0u);
-    EXPECT_EQ(names.count("enc3.attn.d_probs_dropped"), attn_dropout > 0 ? 1u : 0u);
     expect_attention_recompute(tensors, ops, forward_ops, "enc3.attn.", attn_dropout > 0, pointwise);
     expect_ffn_recompute(tensors, ops, forward_ops, "enc3.ffn.", pointwise);
     EXPECT_EQ(names.count("enc3.attn.residual"), pre ? 0u : 1u);

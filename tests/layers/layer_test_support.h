@@ -80,6 +80,17 @@ inline int step_of(const std::vector<std::string>& ops, const std::string& name)
   return -1;
 }
 
+// The names of the tensors named `prefix`... that are live at `step` and as large as `like`.
+inline std::set<std::string> live_like(const std::vector<TensorLifetime>& tensors, int step,
+                                       const std::string& prefix, const std::string& like) {
+  const std::size_t bytes = lifetime_of(tensors, like).bytes;
+  std::set<std::string> live;
+  for (const TensorLifetime& t : tensors)
+    if (t.name.rfind(prefix, 0) == 0 && t.bytes == bytes && t.first_step <= step && step <= t.last_step)
+      live.insert(t.name);
+  return live;
+}
+
 // One layer's dry run: its tensors, its ops and how many of them are the forward's.
 struct DryRun {
   std::vector<TensorLifetime> tensors;
@@ -146,7 +157,9 @@ inline void expect_recomputed(const std::vector<TensorLifetime>& tensors, const 
 // dropout under pointwise, probs_dropped is redrawn into probs_redropped right before
 // context_gemm_bwd_dv; without attention dropout nothing is. Either way the dV GEMM is the last
 // reader of the probabilities it uses, and the dP GEMM (the next op) first writes their gradient,
-// so that the two need not be live at once.
+// so that the two need not be live at once. The dropout and softmax backwards then run in place
+// in d_probs (there is no d_probs_dropped), so that from the dP GEMM on the sub-layer holds two
+// score-sized tensors, probs and d_probs, and no third.
 inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensors,
                                        const std::vector<std::string>& ops, int forward_ops,
                                        const std::string& attention, bool attn_dropout, bool pointwise) {
@@ -154,8 +167,14 @@ inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensor
   const int dv = step_of(ops, attention + "context_gemm_bwd_dv");
   ASSERT_GE(dv, forward_ops);
   EXPECT_EQ(step_of(ops, attention + "context_gemm_bwd_dp"), dv + 1);
-  EXPECT_EQ(lifetime_of(tensors, attention + (attn_dropout ? "d_probs_dropped" : "d_probs")).first_step,
-            dv + 1);
+  EXPECT_EQ(lifetime_of(tensors, attention + "d_probs").first_step, dv + 1);
+  EXPECT_EQ(names_of(tensors).count(attention + "d_probs_dropped"), 0u);
+  const int softmax_bwd = step_of(ops, attention + "softmax_bwd");
+  EXPECT_EQ(step_of(ops, attention + "probs_dropout_bwd"), attn_dropout ? dv + 2 : -1);
+  EXPECT_EQ(softmax_bwd, attn_dropout ? dv + 3 : dv + 2);
+  const std::set<std::string> two = {attention + "probs", attention + "d_probs"};
+  for (int step = dv + 1; step <= softmax_bwd; ++step)
+    EXPECT_EQ(live_like(tensors, step, attention, attention + "probs"), two) << "at " << ops[step];
   if (attn_dropout) {
     expect_recomputed(tensors, ops, forward_ops, attention, "probs_dropped", "probs_redropped",
                       "probs_dropout_recompute", "context_gemm_bwd_dv", pointwise);
@@ -168,13 +187,24 @@ inline void expect_attention_recompute(const std::vector<TensorLifetime>& tensor
 
 // The FFN sub-layer ("<prefix>ffn."): under pointwise act_out is recomputed into act_recomputed
 // right before ff2_gemm_bwd_dw (fc2's weight gradient, its last reader); d_act is first written
-// by the next op, ff2_gemm_bwd_dx.
+// by the next op, ff2_gemm_bwd_dx, and bias_act_dropout_bwd turns it into fc1's output gradient in
+// place (there is no d_ff1), which fc1's backward GEMM reads last: from fc2's dX GEMM on, the
+// sub-layer holds two [T, ffn] tensors, ff1_raw and d_act, and no third.
 inline void expect_ffn_recompute(const std::vector<TensorLifetime>& tensors,
                                  const std::vector<std::string>& ops, int forward_ops, const std::string& ffn,
                                  bool pointwise) {
   const int dw = step_of(ops, ffn + "ff2_gemm_bwd_dw");
   EXPECT_EQ(step_of(ops, ffn + "ff2_gemm_bwd_dx"), dw + 1);
-  EXPECT_EQ(lifetime_of(tensors, ffn + "d_act").first_step, dw + 1);
+  EXPECT_EQ(step_of(ops, ffn + "bias_act_dropout_bwd"), dw + 2);
+  EXPECT_EQ(step_of(ops, ffn + "ff1_gemm_bwd"), dw + 3);
+  const TensorLifetime& d_act = lifetime_of(tensors, ffn + "d_act");
+  EXPECT_EQ(d_act.first_step, dw + 1);
+  EXPECT_EQ(d_act.last_step, dw + 3);
+  EXPECT_EQ(names_of(tensors).count(ffn + "d_ff1"), 0u);
+  EXPECT_EQ(live_like(tensors, dw + 1, ffn, ffn + "ff1_raw"),
+            (std::set<std::string>{ffn + "ff1_raw", ffn + "d_act"}));
+  EXPECT_EQ(live_like(tensors, dw + 2, ffn, ffn + "ff1_raw"),
+            (std::set<std::string>{ffn + "ff1_raw", ffn + "d_act"}));
   expect_recomputed(tensors, ops, forward_ops, ffn, "act_out", "act_recomputed", "bias_act_dropout_recompute",
                     "ff2_gemm_bwd_dw", pointwise);
 }
