@@ -4,12 +4,14 @@
 // Experiments: the FFN epilogue at Transformer shapes, rows = batch tokens {4096, 16384} x
 // cols = {1024 (hidden), 4096 (FFN)}, fp32 and bf16, ReLU / GELU(erf) / GELU(tanh), forward and
 // backward; baseline "unfused" (bias add, activation, uint8 mask, multiply; backward: multiply,
-// activation backward, column sum), variant "fused". Minimal bytes: forward x + bias read, y
-// written; backward dy + x + bias read, dx + dbias written.
+// activation backward, column sum), variant "fused", and for backward "fused_in_place" (dx == dy,
+// as the layers' FFN backward runs it). Minimal bytes: forward x + bias read, y written; backward
+// dy + x + bias read, dx + dbias written.
 //
 // Checks: fused and unfused, forward and backward (dx and dbias), against
 // reference/bias_act_dropout.h on >= 50 shapes x 3 activations x 3 dtypes, outputs and workspace
-// poisoned, guards after every output, and bitwise repeatability of the fused kernels.
+// poisoned, guards after every output, bitwise repeatability of the fused kernels, and the
+// in-place backward bitwise equal to the out-of-place one.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -64,6 +66,7 @@ struct BenchState {
   std::int64_t rows, cols;
   std::size_t n;
   DeviceBuffer<T> x, bias, out, z, tmp, dy, dbias;
+  DeviceBuffer<T> in_place;  // backward: fused_in_place's dy, which each call turns into its dx
   DeviceBuffer<std::uint8_t> mask;
   DeviceBuffer<unsigned char> workspace;
   BenchState(std::int64_t r, std::int64_t c, bool backward)
@@ -77,8 +80,12 @@ struct BenchState {
         tmp(n),
         dy(backward ? random_values<T>(n, kBenchSeed + 3, -1.0f, 1.0f) : std::vector<T>{}),
         dbias(static_cast<std::size_t>(c)),
+        in_place(backward ? n : 0),
         mask(n),
-        workspace(kernels::bias_act_dropout_bwd_workspace_bytes(r, c)) {}
+        workspace(kernels::bias_act_dropout_bwd_workspace_bytes(r, c)) {
+    if (backward && n > 0)
+      SEQBENCH_CUDA_CHECK(cudaMemcpy(in_place.data(), dy.data(), n * sizeof(T), cudaMemcpyDeviceToDevice));
+  }
 };
 
 template <class T>
@@ -98,7 +105,12 @@ ExperimentSpec bias_act_dropout_experiment(std::int64_t rows, std::int64_t cols,
   const double s = sizeof(T), n = static_cast<double>(rows) * static_cast<double>(cols),
                c = static_cast<double>(cols);
   const double bytes = backward ? s * (3 * n + 2 * c) : s * (2 * n + c);
+  // Backward also times fused_in_place (dx == dy), what the layers' FFN backward runs: the same
+  // bytes; the in-place instance only lacks __restrict__ on dx and dy. Its buffer starts as dy and
+  // holds each call's dx afterwards (values drift across calls; the kernel's time does not depend
+  // on them).
   e.variants = {{"unfused", bytes, 0}, {"fused", bytes, 0}};
+  if (backward) e.variants.push_back({"fused_in_place", bytes, 0});
   e.dump_variant = "fused";
   e.prepare = [rows, cols, act, backward] {
     auto st = std::make_shared<BenchState<T>>(rows, cols, backward);
@@ -130,6 +142,11 @@ ExperimentSpec bias_act_dropout_experiment(std::int64_t rows, std::int64_t cols,
       p.variants.push_back([st, act, config](cudaStream_t s) {
         kernels::launch_bias_act_dropout_bwd(st->out.data(), st->dbias.data(), st->dy.data(), st->x.data(),
                                              st->bias.data(), st->rows, st->cols, act, config,
+                                             st->workspace.data(), st->workspace.size(), s);
+      });
+      p.variants.push_back([st, act, config](cudaStream_t s) {
+        kernels::launch_bias_act_dropout_bwd(st->in_place.data(), st->dbias.data(), st->in_place.data(),
+                                             st->x.data(), st->bias.data(), st->rows, st->cols, act, config,
                                              st->workspace.data(), st->workspace.size(), s);
       });
     }

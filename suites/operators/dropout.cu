@@ -3,7 +3,8 @@
 // Experiments: LightSeq2 Fig. 17 (dropout over element counts 0.1M .. 100M), forward and
 // backward, fp32 and bf16. Three variants each: "unfused" (uint8 mask kernel + multiply kernel,
 // the baseline), "fused_bitmask" (one kernel; forward writes 1 bit per element, backward reads
-// it) and "fused_regen" (one kernel; nothing saved, backward redraws the mask). Every variant is
+// it) and "fused_regen" (one kernel; nothing saved, backward redraws the mask); backward adds
+// "fused_regen_in_place" (fused_regen with dx == dy, as the attention backward runs it). Every variant is
 // credited with the op's minimal bytes, x read + y written (dy read + dx written), so their
 // GB/s and % of copy bandwidth compare directly. What each keeps for backward: the uint8 mask,
 // params.elements bytes; the bit-packed mask, params.bitmask_bytes; regeneration, nothing.
@@ -54,6 +55,7 @@ constexpr std::uint64_t kBenchOffset = 3;
 template <class T>
 struct BenchState {
   DeviceBuffer<T> in, out;
+  DeviceBuffer<T> in_place;  // backward only: fused_regen_in_place's dy, which each call turns into its dx
   DeviceBuffer<std::uint8_t> mask_u8;
   DeviceBuffer<std::uint32_t> mask_bits;
   explicit BenchState(std::size_t n)
@@ -77,6 +79,10 @@ ExperimentSpec dropout_experiment(std::size_t n, bool backward) {
   e.baseline = "unfused";
   const double bytes = 2.0 * static_cast<double>(n) * sizeof(T);  // x read + y written (dy, dx)
   e.variants = {{"unfused", bytes, 0}, {"fused_bitmask", bytes, 0}, {"fused_regen", bytes, 0}};
+  // Backward also times fused_regen_in_place (dx == dy), what the attention backward runs: the
+  // same bytes. Its buffer starts as dy and holds each call's dx afterwards (values drift across
+  // calls; the kernel's time does not depend on them).
+  if (backward) e.variants.push_back({"fused_regen_in_place", bytes, 0});
   e.dump_variant = "fused_bitmask";
   e.prepare = [n, backward] {
     auto s = std::make_shared<BenchState<T>>(n);
@@ -110,6 +116,12 @@ ExperimentSpec dropout_experiment(std::size_t n, bool backward) {
       });
       p.variants.push_back([s, n, config](cudaStream_t st) {
         kernels::launch_dropout_bwd_regenerate(s->out.data(), s->in.data(), n, config, st);
+      });
+      s->in_place = DeviceBuffer<T>(n);
+      SEQBENCH_CUDA_CHECK(
+          cudaMemcpy(s->in_place.data(), s->in.data(), n * sizeof(T), cudaMemcpyDeviceToDevice));
+      p.variants.push_back([s, n, config](cudaStream_t st) {
+        kernels::launch_dropout_bwd_regenerate(s->in_place.data(), s->in_place.data(), n, config, st);
       });
     }
     // For `seqbench dump`: the input, the keep mask the fused_bitmask variant used (its own packed
