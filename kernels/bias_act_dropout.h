@@ -61,8 +61,9 @@ const char* activation_name(Activation act);
 //   Workspace: bias_act_dropout_bwd_workspace_bytes(rows, cols) bytes, 4-byte aligned; its
 //   contents on entry do not matter. rows = 0 gives dbias = 0.
 //   In place: dx may be dy itself (dx == dy), and the result is bitwise the out-of-place one. Each
-//   element is read and then written by the one thread that owns it; the in-place instance only
-//   drops __restrict__ from dx and dy. A layer's FFN backward uses it so that the activation's
+//   element is read and then written by the one thread that owns it; the in-place instance
+//   declares no pointer __restrict__, so it never reads dy through the non-coherent read-only
+//   path (kernels/dropout_mask.h, row_tile_kernel). A layer's FFN backward uses it so that the activation's
 //   gradient and fc1's output gradient ([rows, ffn] each) share one buffer (layers/ffn_sublayer.h).
 //
 // Limits (both): rows, cols >= 0, cols <= 2^31 - 1, rows·cols <= 2^62; 0 <= p <= 1; pointers

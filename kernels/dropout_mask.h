@@ -115,7 +115,8 @@ inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, st
 }
 
 // Outputs are written through __restrict__ pointers, so no output may share a byte with an input
-// (the one in-place case, bias_act_dropout_bwd's dx == dy, is checked by its launcher).
+// (the two in-place cases, bias_act_dropout_bwd's and dropout_bwd_regenerate's dx == dy, run
+// instances without __restrict__ and are checked by their launchers).
 inline void require_disjoint(const void* out, std::size_t out_bytes, const void* in, std::size_t in_bytes,
                              const char* op, const char* out_name, const char* in_name) {
   SEQBENCH_REQUIRE(!ranges_overlap(out, out_bytes, in, in_bytes), op << ": output " << out_name
@@ -250,8 +251,10 @@ bool row_tile_vector_ok(const RowTileArgs<T>& a) {
 }
 
 // K elements to float: one 16-byte load when `whole`, else `count` scalar loads (rest 0).
+// No __restrict__ here: whether a load may take the read-only path is the calling kernel's
+// choice, made by how it declares the pointer (row_tile_kernel's in-place instance must not).
 template <class T, int K>
-__device__ __forceinline__ void load_floats(const T* __restrict__ src, float (&v)[K], int count, bool whole) {
+__device__ __forceinline__ void load_floats(const T* src, float (&v)[K], int count, bool whole) {
   if (whole) {
     const Packed<T, K> packed = Packed<T, K>::load(src);
 #pragma unroll
@@ -263,8 +266,7 @@ __device__ __forceinline__ void load_floats(const T* __restrict__ src, float (&v
 }
 
 template <class T, int K>
-__device__ __forceinline__ void store_floats(T* __restrict__ dst, const float (&v)[K], int count,
-                                             bool whole) {
+__device__ __forceinline__ void store_floats(T* dst, const float (&v)[K], int count, bool whole) {
   if (whole) {
     Packed<T, K> packed;
 #pragma unroll
@@ -283,17 +285,20 @@ __device__ __forceinline__ void store_floats(T* __restrict__ dst, const float (&
 // fixed order (each thread's rows in increasing order, then the 8 row lanes in order).
 //
 // kOutIsIn0: out and in0 are the same array (in place). Each element is read and then written by
-// the one thread that owns it, and by no other, so in place is race-free; what changes is that
-// out and in0 lose __restrict__ (the compiler may then neither use the read-only path for in0 nor
-// move a later row's in0 load above an earlier row's store). in1 and bias stay __restrict__.
+// the one thread that owns it, and by no other, so in place is race-free; what changes is that no
+// pointer of the instance is __restrict__, so that the compiler may neither load in0 through the
+// read-only (non-coherent) path nor move a later row's in0 load above an earlier row's store.
+// Every pointer, in1 included: nvcc 13.0 was seen to turn ALL of a kernel's global loads into
+// ld.global.nc once ANY one local pointer is __restrict__ (the PTX of an instance that kept in1
+// __restrict__ loaded in0 with ld.global.nc). The non-in-place instances are unchanged.
 template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, bool kOutIsIn0, class Fn>
 __global__ void __launch_bounds__(kTileThreads) row_tile_kernel(const RowTileArgs<T> args, const Fn fn) {
   constexpr int K = Packed<T>::kSize;
   using OutPtr = std::conditional_t<kOutIsIn0, T*, T* __restrict__>;
-  using In0Ptr = std::conditional_t<kOutIsIn0, const T*, const T* __restrict__>;
+  using InPtr = std::conditional_t<kOutIsIn0, const T*, const T* __restrict__>;
   OutPtr out = args.out;
-  In0Ptr in0 = args.in0;
-  const T* __restrict__ in1 = args.in1;
+  InPtr in0 = args.in0;
+  InPtr in1 = args.in1;
   const std::int64_t cols = args.cols;
   const std::int64_t col0 = (static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x) * K;
   const int count = col0 < cols ? static_cast<int>(cols - col0 < K ? cols - col0 : K) : 0;

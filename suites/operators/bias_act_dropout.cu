@@ -106,7 +106,7 @@ ExperimentSpec bias_act_dropout_experiment(std::int64_t rows, std::int64_t cols,
                c = static_cast<double>(cols);
   const double bytes = backward ? s * (3 * n + 2 * c) : s * (2 * n + c);
   // Backward also times fused_in_place (dx == dy), what the layers' FFN backward runs: the same
-  // bytes; the in-place instance only lacks __restrict__ on dx and dy. Its buffer starts as dy and
+  // bytes; the in-place instance declares no pointer __restrict__. Its buffer starts as dy and
   // holds each call's dx afterwards (values drift across calls; the kernel's time does not depend
   // on them).
   e.variants = {{"unfused", bytes, 0}, {"fused", bytes, 0}};
