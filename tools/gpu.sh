@@ -36,6 +36,11 @@
 # and SANITIZE_TIMEOUT (per binary and tool, 120 s) and SANITIZE_BUDGET (the stage, 300 s).
 # SEQBENCH_EXPECT_GPU=1 is exported, so a GPU test that finds no usable device FAILS here rather
 # than skipping (tests/common/gpu_test.h).
+# CALL_BUDGET (seconds, default 560) is what this call may use in all: a lease's call is killed at
+# its limit (600 s) with only what is already under $OUT coming back. Every stage is given the
+# time that is left (timeout), a stage that finds under STAGE_MIN (20 s) left is skipped and says
+# so, and reports.tar is rewritten after every suite, so a call that runs long still returns the
+# suites that finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-out}
@@ -51,20 +56,44 @@ done
 export PATH="/usr/local/cuda/bin:$PATH"
 export SEQBENCH_EXPECT_GPU=1
 stages=" ${STAGES:-build test sanitize run dump torch} "
-want() { [[ "$stages" == *" $1 "* ]]; }
 summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+call_budget=${CALL_BUDGET:-560}
+# Seconds left of the call's budget, at least 1 (timeout 0 would mean no limit at all).
+left() {
+  local l=$((call_budget - SECONDS))
+  ((l < 1)) && l=1
+  echo "$l"
+}
+# A stage runs when it was asked for and enough of the call's budget is left; otherwise `why`
+# says which, for the summary.
+want() {
+  if [[ "$stages" != *" $1 "* ]]; then
+    why=skipped
+    return 1
+  fi
+  (($(left) >= ${STAGE_MIN:-20})) && return 0
+  why="skipped (call budget spent: $(left) s of $call_budget left)"
+  return 1
+}
+# rc 124 is timeout's: the stage ran out of the call's budget.
+timed_out() { [ "$1" -eq 124 ]; }
+pack_reports() { [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 && tar -cf "$out/reports.tar" "$dir"; }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/nvidia-smi.txt" 2>&1
+timeout 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+  >"$out/nvidia-smi.txt" 2>&1
 
 build=build/gpu
 if ! want build; then
-  step build skipped
+  step build "$why"
 elif ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
      -DSEQBENCH_PTXAS_VERBOSE=ON >"$out/configure.log" 2>&1; then
   step configure FAILED; tail -n 40 "$out/configure.log"; printf '%s\n' "${summary[@]}"; exit 1
-elif cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 >"$out/build.log" 2>&1; then
+elif timeout "$(left)" cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 \
+     >"$out/build.log" 2>&1; then
   step build ok
+elif timed_out $?; then
+  step build "TIMED OUT (call budget; see build.log)"
 else
   # Keep going with what did build: one broken file must not cost every test and suite.
   step build "FAILED ($(grep -c '^FAILED: ' "$out/build.log") target(s), see build.log; continuing)"
@@ -77,14 +106,24 @@ fi
   grep -E "spill|Used [0-9]+ registers" "$out/build.log" | sort | uniq -c | sort -rn | head -n 40 >"$out/ptxas-summary.txt"
 
 if want test; then
-  ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" >"$out/ctest.log" 2>&1 &&
-    step ctest ok || step ctest FAILED
+  timeout "$(left)" ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" \
+    >"$out/ctest.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    step ctest ok
+  elif timed_out "$rc"; then
+    step ctest "TIMED OUT (call budget; ctest.log has the tests that finished)"
+  else
+    step ctest FAILED
+  fi
   step "ctest result" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n 1)"
   step "ctest skipped" "$(grep -c 'Skipped' "$out/ctest.log")"
+elif [ "$why" != skipped ]; then
+  step ctest "$why"
 fi
 
 if ! want sanitize; then
-  step compute-sanitizer skipped
+  step compute-sanitizer "$why"
 elif command -v compute-sanitizer >/dev/null 2>&1; then
   san_failed=()
   san_skipped=0
@@ -93,12 +132,14 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
     [ -x "$bin" ] || continue
     case "$bin" in *_validation_test) continue ;; esac  # CPU-only: nothing to sanitize
     for tool in memcheck racecheck; do
-      if ((SECONDS - san_start >= ${SANITIZE_BUDGET:-300})); then
+      if ((SECONDS - san_start >= ${SANITIZE_BUDGET:-300} || $(left) < ${STAGE_MIN:-20})); then
         san_skipped=$((san_skipped + 1))
         continue
       fi
       echo "== $tool $(basename "$bin")" >>"$out/sanitizer.log"
-      timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" \
+      san_limit=${SANITIZE_TIMEOUT:-120}
+      ((san_limit > $(left))) && san_limit=$(left)
+      timeout "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" \
         >>"$out/sanitizer.log" 2>&1
       rc=$?
       if [ "$rc" -eq 124 ]; then
@@ -124,7 +165,7 @@ if [ "$slug" = cpu ]; then
 fi
 dir=reports/${slug:-unknown-device}
 if ! want run; then
-  step "seqbench run" skipped
+  step "seqbench run" "$why"
 elif [ ! -x "$build"/suites/seqbench ]; then
   step "seqbench run" "skipped (not built)"
 else
@@ -138,8 +179,19 @@ else
   run_failed=()
   : >"$out/run.log"
   for name in "${run_names[@]}"; do
-    "$build"/suites/seqbench run "${quick[@]}" --suite "$name" --out "$dir" 2>&1 | tee -a "$out/run.log" ||
+    if (($(left) < ${STAGE_MIN:-20})); then
+      run_failed+=("$name (not started: call budget spent)")
+      continue
+    fi
+    timeout "$(left)" "$build"/suites/seqbench run "${quick[@]}" --suite "$name" --out "$dir" 2>&1 |
+      tee -a "$out/run.log"
+    rc=$?
+    if timed_out "$rc"; then
+      run_failed+=("$name (timed out: call budget)")
+    elif [ "$rc" -ne 0 ]; then
       run_failed+=("$name")
+    fi
+    pack_reports
   done
   if [ ${#run_names[@]} -eq 0 ]; then
     step "seqbench run" "FAILED (no suite listed)"
@@ -157,14 +209,15 @@ done
 # The parity dump: quick shapes (numerics, not scale); the runner's --parity reads every manifest.
 dump_dir=build/gpu-dump
 if ! want dump; then
-  step "seqbench dump" skipped
+  step "seqbench dump" "$why"
 elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
   step "seqbench dump" "skipped (no suite the PyTorch runner maps)"
 elif [ ! -x "$build"/suites/seqbench ]; then
   step "seqbench dump" "skipped (not built)"
 else
   rm -rf "$dump_dir"
-  if "$build"/suites/seqbench dump --quick "${torch_suites[@]}" --out "$dump_dir" >"$out/dump.log" 2>&1; then
+  if timeout "$(left)" "$build"/suites/seqbench dump --quick "${torch_suites[@]}" --out "$dump_dir" \
+     >"$out/dump.log" 2>&1; then
     step "seqbench dump" "ok ($(du -sh "$dump_dir" | cut -f1))"
   else
     step "seqbench dump" "FAILED (see $out/dump.log)"
@@ -173,24 +226,25 @@ fi
 parity=()
 [ -d "$dump_dir" ] && parity=(--parity "$dump_dir")
 if ! want torch; then
-  step "pytorch baselines" skipped
+  step "pytorch baselines" "$why"
 elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
   step "pytorch baselines" "skipped (no operators, trainer or layers suite requested)"
 elif ! python3 -c 'import torch' >/dev/null 2>&1; then
   step "pytorch baselines" "skipped (torch not importable)"
 elif [ ! -x "$build"/suites/seqbench ]; then
   step "pytorch baselines" "skipped (seqbench not built)"
-elif python3 suites/pytorch/run.py --seqbench "$build"/suites/seqbench "${quick[@]}" "${torch_suites[@]}" \
-       "${parity[@]}" --out "$dir" 2>&1 | tee "$out/pytorch.log"; then
+elif timeout "$(left)" python3 suites/pytorch/run.py --seqbench "$build"/suites/seqbench "${quick[@]}" \
+       "${torch_suites[@]}" "${parity[@]}" --out "$dir" 2>&1 | tee "$out/pytorch.log"; then
   step "pytorch baselines" ok
 else
   step "pytorch baselines" "FAILED (see $out/pytorch.log)"
 fi
-if (want run || want torch) && [ -x "$build"/suites/seqbench ] && ls "$dir"/*.json >/dev/null 2>&1; then
-  "$build"/suites/seqbench table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
-  tar -cf "$out/reports.tar" "$dir"
+if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$build"/suites/seqbench ] &&
+   ls "$dir"/*.json >/dev/null 2>&1; then
+  timeout 30 "$build"/suites/seqbench table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
+  pack_reports
 fi
-"$build"/suites/seqbench info >"$out/info.txt" 2>&1
+timeout 30 "$build"/suites/seqbench info >"$out/info.txt" 2>&1
 
 echo
 echo "== summary =="
