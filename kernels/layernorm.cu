@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
@@ -708,8 +709,33 @@ constexpr int vector_size() {
 }
 
 bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
   const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
   return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// One tensor's bytes, named for messages.
+struct Range {
+  const void* ptr;
+  std::size_t bytes;
+  const char* name;
+};
+
+// Throws "<what>: <a> overlaps <b>" for the first pair that shares a byte, each output against
+// every later output and against every input (null or empty ranges take no part): the kernels
+// read through __restrict__ pointers, and a kernel writes its outputs (the workspace included)
+// while other blocks still read the inputs. None of these launchers works in place.
+void require_no_overlap(const char* what, std::initializer_list<Range> outputs,
+                        std::initializer_list<Range> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    for (auto other = out + 1; other != outputs.end(); ++other)
+      SEQBENCH_REQUIRE(!overlaps(out->ptr, out->bytes, other->ptr, other->bytes),
+                       what << ": " << out->name << " overlaps " << other->name);
+    for (const Range& in : inputs)
+      SEQBENCH_REQUIRE(
+          !overlaps(out->ptr, out->bytes, in.ptr, in.bytes),
+          what << ": " << out->name << " overlaps " << in.name << " (in-place is not supported)");
+  }
 }
 
 void require_aligned(const char* what, const char* name, const void* ptr, std::size_t alignment) {
@@ -908,7 +934,10 @@ void launch_layernorm_forward(T* y, float* mean, float* rstd, const T* x, const 
   if (mean) require_aligned(kWhat, "mean", mean, alignof(float));
   if (rstd) require_aligned(kWhat, "rstd", rstd, alignof(float));
   const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  SEQBENCH_REQUIRE(!overlaps(y, bytes, x, bytes), kWhat << ": y overlaps x (in-place is not supported)");
+  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  require_no_overlap(kWhat, {{y, bytes, "y"}, {mean, stat_bytes, "mean"}, {rstd, stat_bytes, "rstd"}},
+                     {{x, bytes, "x"}, {gamma, param_bytes, "gamma"}, {beta, param_bytes, "beta"}});
 
   const bool vectorizable = hidden % vector_size<T>() == 0 && is_vector_aligned(y) && is_vector_aligned(x) &&
                             is_vector_aligned(gamma) && is_vector_aligned(beta);
@@ -948,7 +977,7 @@ void launch_layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T*
   require_workspace(kWhat, workspace, workspace_bytes, layout.bytes(), kVectorBytes);
   const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
   const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
-  SEQBENCH_REQUIRE(!overlaps(dgamma, param_bytes, dbeta, param_bytes), kWhat << ": dgamma overlaps dbeta");
+  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
   if (rows > 0) {
     require_tensor<T>(kWhat, "dx", dx);
     require_tensor<T>(kWhat, "dy", dy);
@@ -956,11 +985,17 @@ void launch_layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T*
     require_tensor<T>(kWhat, "gamma", gamma);
     require_tensor<float>(kWhat, "mean", mean);
     require_tensor<float>(kWhat, "rstd", rstd);
-    SEQBENCH_REQUIRE(!overlaps(dx, bytes, dy, bytes),
-                     kWhat << ": dx overlaps dy (in-place is not supported)");
-    SEQBENCH_REQUIRE(!overlaps(dx, bytes, x, bytes), kWhat << ": dx overlaps x");
-    SEQBENCH_REQUIRE(!overlaps(workspace, layout.bytes(), dx, bytes), kWhat << ": workspace overlaps dx");
   }
+  require_no_overlap(kWhat,
+                     {{dgamma, param_bytes, "dgamma"},
+                      {dbeta, param_bytes, "dbeta"},
+                      {workspace, layout.bytes(), "workspace"},
+                      {dx, bytes, "dx"}},
+                     {{dy, bytes, "dy"},
+                      {x, bytes, "x"},
+                      {gamma, param_bytes, "gamma"},
+                      {mean, stat_bytes, "mean"},
+                      {rstd, stat_bytes, "rstd"}});
 
   float* partial_g = static_cast<float*>(workspace);
   float* partial_b = partial_g + layout.partial_floats;
@@ -1033,7 +1068,14 @@ void launch_layernorm_forward_unfused(T* y, float* mean, float* rstd, const T* x
   require_tensor<float>(kWhat, "mean", mean);
   require_tensor<float>(kWhat, "rstd", rstd);
   const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  SEQBENCH_REQUIRE(!overlaps(y, bytes, x, bytes), kWhat << ": y overlaps x (in-place is not supported)");
+  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  require_no_overlap(kWhat,
+                     {{y, bytes, "y"},
+                      {mean, stat_bytes, "mean"},
+                      {rstd, stat_bytes, "rstd"},
+                      {workspace, needed, "workspace"}},
+                     {{x, bytes, "x"}, {gamma, param_bytes, "gamma"}, {beta, param_bytes, "beta"}});
 
   T* xhat = static_cast<T*>(workspace);
   const std::int64_t n = rows * hidden;
@@ -1071,10 +1113,21 @@ void launch_layernorm_backward_unfused(T* dx, T* dgamma, T* dbeta, const T* dy, 
     require_tensor<T>(kWhat, "gamma", gamma);
     require_tensor<float>(kWhat, "mean", mean);
     require_tensor<float>(kWhat, "rstd", rstd);
-    const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-    SEQBENCH_REQUIRE(!overlaps(dx, bytes, dy, bytes),
-                     kWhat << ": dx overlaps dy (in-place is not supported)");
-
+  }
+  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  require_no_overlap(kWhat,
+                     {{dgamma, param_bytes, "dgamma"},
+                      {dbeta, param_bytes, "dbeta"},
+                      {workspace, l.total, "workspace"},
+                      {dx, bytes, "dx"}},
+                     {{dy, bytes, "dy"},
+                      {x, bytes, "x"},
+                      {gamma, param_bytes, "gamma"},
+                      {mean, stat_bytes, "mean"},
+                      {rstd, stat_bytes, "rstd"}});
+  if (rows > 0) {
     T* xhat = reinterpret_cast<T*>(base + l.xhat);
     T* g = reinterpret_cast<T*>(base + l.g);
     auto* row_sums = reinterpret_cast<float2*>(base + l.row_sums);

@@ -25,7 +25,8 @@
 // Limits (checked, seqbench::Error names the value and the limit): 1 <= hidden <= kLayerNormMaxHidden,
 // 0 <= rows <= kLayerNormMaxRows, eps > 0 and finite, pointers non-null when rows > 0, the
 // backward workspace as documented at layernorm_backward_workspace_bytes. Tensors of one call must
-// not overlap (except where a launcher says so).
+// not overlap: each launcher checks every output (the workspace included) against every other
+// output and every input, and names the pair.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -236,6 +236,92 @@ TEST(LayerNormValidation, BackwardRejectsBadArguments) {
                "dy (0x40000003) is not aligned to 2");
 }
 
+// Every output (the workspace included) against every other output and every input, fused and
+// unfused, forward and backward: each pair is refused by name. Ranges: [rows, hidden] bf16 tensors
+// are 12800 bytes (6400 elements), gamma-sized ones 128 bytes, mean/rstd 400 bytes.
+TEST(LayerNormValidation, EveryOutputIsCheckedAgainstEveryOtherTensor) {
+  const std::int64_t rows = 100;
+  const int hidden = 64;
+  bf16 *dx = fake<bf16>(1), *dg = fake<bf16>(2), *db = fake<bf16>(3), *dy = fake<bf16>(4), *x = fake<bf16>(5),
+       *g = fake<bf16>(6), *b = fake<bf16>(10);
+  float *mean = fake<float>(7), *rstd = fake<float>(8);
+  void* ws = fake<unsigned char>(9);
+  const std::size_t need = layernorm_backward_workspace_bytes(rows, hidden);
+  const auto at = [](const void* p, std::size_t bytes) {  // a pointer `bytes` into p's range
+    return reinterpret_cast<unsigned char*>(const_cast<void*>(p)) + bytes;
+  };
+  struct Case {
+    const char* message;
+    bf16 *dx, *dg, *db;
+    const bf16 *dy, *x, *g;
+    const float *mean, *rstd;
+    void* ws;
+  };
+  const std::vector<Case> backward = {
+      {"dgamma overlaps dbeta", dx, dg, reinterpret_cast<bf16*>(at(dg, 126)), dy, x, g, mean, rstd, ws},
+      {"dgamma overlaps workspace", dx, reinterpret_cast<bf16*>(at(ws, 16)), db, dy, x, g, mean, rstd, ws},
+      {"dbeta overlaps dx", dx, dg, reinterpret_cast<bf16*>(at(dx, 12798)), dy, x, g, mean, rstd, ws},
+      {"workspace overlaps dx", dx, dg, db, dy, x, g, mean, rstd, at(dx, 1024)},
+      {"dx overlaps dy (in-place is not supported)", dx, dg, db, dx, x, g, mean, rstd, ws},
+      {"dx overlaps x (in-place is not supported)", dx, dg, db, dy, reinterpret_cast<bf16*>(at(dx, 2)), g,
+       mean, rstd, ws},
+      {"dx overlaps gamma", dx, dg, db, dy, x, reinterpret_cast<bf16*>(at(dx, 64)), mean, rstd, ws},
+      {"dgamma overlaps gamma", dx, dg, db, dy, x, dg, mean, rstd, ws},
+      {"workspace overlaps mean", dx, dg, db, dy, x, g, reinterpret_cast<float*>(at(ws, 64)), rstd, ws},
+      {"dbeta overlaps rstd", dx, dg, db, dy, x, g, mean, reinterpret_cast<float*>(at(db, 0)), ws},
+      {"workspace overlaps dy", dx, dg, db, dy, x, g, mean, rstd, at(dy, 12784)},
+  };
+  for (const Case& c : backward) {
+    SCOPED_TRACE(c.message);
+    expect_error(
+        [&] {
+          launch_layernorm_backward<bf16>(c.dx, c.dg, c.db, c.dy, c.x, c.g, c.mean, c.rstd, rows, hidden,
+                                          c.ws, need, nullptr);
+        },
+        std::string("layernorm_backward: ") + c.message);
+    const std::size_t unfused_need = layernorm_unfused_backward_workspace_bytes(DType::bf16, rows, hidden);
+    void* unfused_ws = c.ws == ws ? fake<unsigned char>(9) : c.ws;
+    if (reinterpret_cast<std::uintptr_t>(unfused_ws) % 256 != 0) continue;  // the unfused one wants 256
+    expect_error(
+        [&] {
+          launch_layernorm_backward_unfused<bf16>(c.dx, c.dg, c.db, c.dy, c.x, c.g, c.mean, c.rstd, rows,
+                                                  hidden, unfused_ws, unfused_need, nullptr);
+        },
+        std::string("layernorm_backward_unfused: ") + c.message);
+  }
+  // Forward: y against x, gamma, beta; mean and rstd against y, each other and the inputs.
+  bf16* y = fake<bf16>(11);
+  float *m = fake<float>(12), *r = fake<float>(13);
+  const auto fwd = [&](bf16* yy, float* mm, float* rr, const bf16* xx, const bf16* gg, const bf16* bb) {
+    launch_layernorm_forward<bf16>(yy, mm, rr, xx, gg, bb, rows, hidden, 1e-5f, nullptr);
+  };
+  expect_error([&] { fwd(y, m, r, x, reinterpret_cast<bf16*>(at(y, 128)), b); },
+               "layernorm_forward: y overlaps gamma");
+  expect_error([&] { fwd(y, m, r, x, g, reinterpret_cast<bf16*>(at(y, 0))); },
+               "layernorm_forward: y overlaps beta");
+  expect_error([&] { fwd(y, reinterpret_cast<float*>(at(y, 256)), r, x, g, b); },
+               "layernorm_forward: y overlaps mean");
+  expect_error([&] { fwd(y, m, reinterpret_cast<float*>(at(m, 396)), x, g, b); },
+               "layernorm_forward: mean overlaps rstd");
+  expect_error([&] { fwd(y, m, reinterpret_cast<float*>(at(x, 400)), x, g, b); },
+               "layernorm_forward: rstd overlaps x");
+  expect_error([&] { fwd(y, nullptr, reinterpret_cast<float*>(at(g, 0)), x, g, b); },
+               "layernorm_forward: rstd overlaps gamma");
+  const std::size_t fwd_need = layernorm_unfused_forward_workspace_bytes(DType::bf16, rows, hidden);
+  expect_error(
+      [&] {
+        launch_layernorm_forward_unfused<bf16>(y, m, r, x, g, b, rows, hidden, 1e-5f, at(x, 0), fwd_need,
+                                               nullptr);
+      },
+      "layernorm_forward_unfused: workspace overlaps x");
+  expect_error(
+      [&] {
+        launch_layernorm_forward_unfused<bf16>(y, m, reinterpret_cast<float*>(at(b, 0)), x, g, b, rows,
+                                               hidden, 1e-5f, fake<unsigned char>(9), fwd_need, nullptr);
+      },
+      "layernorm_forward_unfused: rstd overlaps beta");
+}
+
 TEST(LayerNormValidation, UnfusedRejectsBadWorkspace) {
   float *y = fake<float>(1), *x = fake<float>(2), *g = fake<float>(3), *b = fake<float>(4),
         *m = fake<float>(5), *r = fake<float>(6);
