@@ -756,6 +756,37 @@ void require_tensor(const char* what, const char* name, const void* ptr) {
   require_aligned(what, name, ptr, alignof(T));
 }
 
+// The backward launchers' tensors (fused and unfused alike, `workspace_needed` being each one's
+// workspace size): non-null and aligned where rows > 0, and no output (the workspace included)
+// sharing a byte with another tensor.
+template <class T>
+void require_backward_tensors(const char* what, const T* dx, const T* dgamma, const T* dbeta, const T* dy,
+                              const T* x, const T* gamma, const float* mean, const float* rstd,
+                              std::int64_t rows, int hidden, const void* workspace,
+                              std::size_t workspace_needed) {
+  if (rows > 0) {
+    require_tensor<T>(what, "dx", dx);
+    require_tensor<T>(what, "dy", dy);
+    require_tensor<T>(what, "x", x);
+    require_tensor<T>(what, "gamma", gamma);
+    require_tensor<float>(what, "mean", mean);
+    require_tensor<float>(what, "rstd", rstd);
+  }
+  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  require_no_overlap(what,
+                     {{dgamma, param_bytes, "dgamma"},
+                      {dbeta, param_bytes, "dbeta"},
+                      {workspace, workspace_needed, "workspace"},
+                      {dx, bytes, "dx"}},
+                     {{dy, bytes, "dy"},
+                      {x, bytes, "x"},
+                      {gamma, param_bytes, "gamma"},
+                      {mean, stat_bytes, "mean"},
+                      {rstd, stat_bytes, "rstd"}});
+}
+
 void require_eps(const char* what, float eps) {
   SEQBENCH_REQUIRE(std::isfinite(eps) && eps > 0.0f, what << ": eps " << eps << " must be finite and > 0");
 }
@@ -975,27 +1006,8 @@ void launch_layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T*
   require_tensor<T>(kWhat, "dbeta", dbeta);
   const BackwardLayout layout = backward_layout(rows, hidden);
   require_workspace(kWhat, workspace, workspace_bytes, layout.bytes(), kVectorBytes);
-  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
-  if (rows > 0) {
-    require_tensor<T>(kWhat, "dx", dx);
-    require_tensor<T>(kWhat, "dy", dy);
-    require_tensor<T>(kWhat, "x", x);
-    require_tensor<T>(kWhat, "gamma", gamma);
-    require_tensor<float>(kWhat, "mean", mean);
-    require_tensor<float>(kWhat, "rstd", rstd);
-  }
-  require_no_overlap(kWhat,
-                     {{dgamma, param_bytes, "dgamma"},
-                      {dbeta, param_bytes, "dbeta"},
-                      {workspace, layout.bytes(), "workspace"},
-                      {dx, bytes, "dx"}},
-                     {{dy, bytes, "dy"},
-                      {x, bytes, "x"},
-                      {gamma, param_bytes, "gamma"},
-                      {mean, stat_bytes, "mean"},
-                      {rstd, stat_bytes, "rstd"}});
+  require_backward_tensors<T>(kWhat, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, hidden, workspace,
+                              layout.bytes());
 
   float* partial_g = static_cast<float*>(workspace);
   float* partial_b = partial_g + layout.partial_floats;
@@ -1106,27 +1118,8 @@ void launch_layernorm_backward_unfused(T* dx, T* dgamma, T* dbeta, const T* dy, 
   auto* base = static_cast<unsigned char*>(workspace);
   auto* partial_g = reinterpret_cast<float*>(base + l.partial_g);
   auto* partial_b = reinterpret_cast<float*>(base + l.partial_b);
-  if (rows > 0) {
-    require_tensor<T>(kWhat, "dx", dx);
-    require_tensor<T>(kWhat, "dy", dy);
-    require_tensor<T>(kWhat, "x", x);
-    require_tensor<T>(kWhat, "gamma", gamma);
-    require_tensor<float>(kWhat, "mean", mean);
-    require_tensor<float>(kWhat, "rstd", rstd);
-  }
-  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
-  require_no_overlap(kWhat,
-                     {{dgamma, param_bytes, "dgamma"},
-                      {dbeta, param_bytes, "dbeta"},
-                      {workspace, l.total, "workspace"},
-                      {dx, bytes, "dx"}},
-                     {{dy, bytes, "dy"},
-                      {x, bytes, "x"},
-                      {gamma, param_bytes, "gamma"},
-                      {mean, stat_bytes, "mean"},
-                      {rstd, stat_bytes, "rstd"}});
+  require_backward_tensors<T>(kWhat, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, hidden, workspace,
+                              l.total);
   if (rows > 0) {
     T* xhat = reinterpret_cast<T*>(base + l.xhat);
     T* g = reinterpret_cast<T*>(base + l.g);
