@@ -130,13 +130,10 @@ void require_elementwise(const char* op, T* out, const char* out_name, const T* 
   const std::size_t bytes = matrix_bytes<T>(rows, cols);
   require_non_null(out, op, out_name);
   require_non_null(in0, op, in0_name);
-  if (out_may_be_in0) {
-    SEQBENCH_REQUIRE(out == in0 || !ranges_overlap(out, bytes, in0, bytes),
-                     op << ": output " << out_name << " overlaps input " << in0_name
-                        << " without being it (in place means " << out_name << " == " << in0_name << ")");
-  } else {
+  if (out_may_be_in0)
+    require_same_or_disjoint(out, in0, bytes, op, out_name, in0_name);
+  else
     require_disjoint(out, bytes, in0, bytes, op, out_name, in0_name);
-  }
   if (in1_name != nullptr) {
     require_non_null(in1, op, in1_name);
     require_disjoint(out, bytes, in1, bytes, op, out_name, in1_name);

@@ -130,13 +130,10 @@ void require_flat_tensors(T* out, const T* in, std::size_t n, const char* op, co
   SEQBENCH_REQUIRE(n <= max_flat_elements<T>(), op << ": n = " << n << " > " << max_flat_elements<T>());
   require_non_null(out, op, out_name);
   require_non_null(in, op, in_name);
-  if (out_may_be_in) {
-    SEQBENCH_REQUIRE(out == in || !ranges_overlap(out, n * sizeof(T), in, n * sizeof(T)),
-                     op << ": output " << out_name << " overlaps input " << in_name
-                        << " without being it (in place means " << out_name << " == " << in_name << ")");
-  } else {
+  if (out_may_be_in)
+    require_same_or_disjoint(out, in, n * sizeof(T), op, out_name, in_name);
+  else
     require_disjoint(out, n * sizeof(T), in, n * sizeof(T), op, out_name, in_name);
-  }
 }
 
 bool aligned16(const void* ptr) {

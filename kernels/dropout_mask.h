@@ -124,6 +124,14 @@ inline void require_disjoint(const void* out, std::size_t out_bytes, const void*
                                                                      << " (in-place is not supported)");
 }
 
+// For the launchers that may run in place: out may be in itself, but may not overlap it otherwise.
+inline void require_same_or_disjoint(const void* out, const void* in, std::size_t bytes, const char* op,
+                                     const char* out_name, const char* in_name) {
+  SEQBENCH_REQUIRE(out == in || !ranges_overlap(out, bytes, in, bytes),
+                   op << ": output " << out_name << " overlaps input " << in_name
+                      << " without being it (in place means " << out_name << " == " << in_name << ")");
+}
+
 // [rows, cols] activations: sizes >= 0, cols <= 2^31 - 1 (one grid row of column tiles), and
 // rows·cols representable with room to spare (the kernels index in 64 bits).
 inline void require_matrix_shape(std::int64_t rows, std::int64_t cols, const char* op) {
