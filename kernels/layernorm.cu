@@ -756,6 +756,23 @@ void require_tensor(const char* what, const char* name, const void* ptr) {
   require_aligned(what, name, ptr, alignof(T));
 }
 
+// The forward launchers' outputs (y, mean and rstd where not null, the unfused one's workspace)
+// against each other and the inputs x, gamma, beta.
+template <class T>
+void require_forward_disjoint(const char* what, const T* y, const float* mean, const float* rstd, const T* x,
+                              const T* gamma, const T* beta, std::int64_t rows, int hidden,
+                              const void* workspace = nullptr, std::size_t workspace_bytes = 0) {
+  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
+  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  require_no_overlap(what,
+                     {{y, bytes, "y"},
+                      {mean, stat_bytes, "mean"},
+                      {rstd, stat_bytes, "rstd"},
+                      {workspace, workspace_bytes, "workspace"}},
+                     {{x, bytes, "x"}, {gamma, param_bytes, "gamma"}, {beta, param_bytes, "beta"}});
+}
+
 // The backward launchers' tensors (fused and unfused alike, `workspace_needed` being each one's
 // workspace size): non-null and aligned where rows > 0, and no output (the workspace included)
 // sharing a byte with another tensor.
@@ -964,11 +981,7 @@ void launch_layernorm_forward(T* y, float* mean, float* rstd, const T* x, const 
   require_tensor<T>(kWhat, "beta", beta);
   if (mean) require_aligned(kWhat, "mean", mean, alignof(float));
   if (rstd) require_aligned(kWhat, "rstd", rstd, alignof(float));
-  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
-  require_no_overlap(kWhat, {{y, bytes, "y"}, {mean, stat_bytes, "mean"}, {rstd, stat_bytes, "rstd"}},
-                     {{x, bytes, "x"}, {gamma, param_bytes, "gamma"}, {beta, param_bytes, "beta"}});
+  require_forward_disjoint<T>(kWhat, y, mean, rstd, x, gamma, beta, rows, hidden);
 
   const bool vectorizable = hidden % vector_size<T>() == 0 && is_vector_aligned(y) && is_vector_aligned(x) &&
                             is_vector_aligned(gamma) && is_vector_aligned(beta);
@@ -1079,15 +1092,7 @@ void launch_layernorm_forward_unfused(T* y, float* mean, float* rstd, const T* x
   require_tensor<T>(kWhat, "beta", beta);
   require_tensor<float>(kWhat, "mean", mean);
   require_tensor<float>(kWhat, "rstd", rstd);
-  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
-  require_no_overlap(kWhat,
-                     {{y, bytes, "y"},
-                      {mean, stat_bytes, "mean"},
-                      {rstd, stat_bytes, "rstd"},
-                      {workspace, needed, "workspace"}},
-                     {{x, bytes, "x"}, {gamma, param_bytes, "gamma"}, {beta, param_bytes, "beta"}});
+  require_forward_disjoint<T>(kWhat, y, mean, rstd, x, gamma, beta, rows, hidden, workspace, needed);
 
   T* xhat = static_cast<T*>(workspace);
   const std::int64_t n = rows * hidden;
