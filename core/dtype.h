@@ -20,6 +20,14 @@
 #define SEQBENCH_HD
 #endif
 
+// `#pragma unroll` for the device pass only: SEQBENCH_HD functions are also compiled for the
+// host, whose compiler does not know the pragma (and -Wall warns about it).
+#if defined(__CUDA_ARCH__)
+#define SEQBENCH_DEVICE_UNROLL _Pragma("unroll")
+#else
+#define SEQBENCH_DEVICE_UNROLL
+#endif
+
 namespace seqbench {
 
 enum class DType { f32, f16, bf16 };

@@ -10,14 +10,13 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/online_lse.h"
 #include "kernels/packed.h"
 #include "kernels/reduce.cuh"
 
 namespace seqbench::kernels {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread in the streaming loops
 constexpr int kUnfusedRowThreads = 256;
 constexpr std::size_t kUnfusedAlign = 256;
@@ -37,33 +36,6 @@ __device__ __forceinline__ int head_elements(const T* row, int vocab) {
     return head < vocab ? head : vocab;
   }
 }
-
-// One thread's online log-sum-exp over the values it absorbs: m = max, m2 = fl(m·log2 e),
-// s = Σ 2^(x·log2 e - m2), sx = Σ x. A chunk that raises the max rescales s once.
-struct OnlineLse {
-  float m = -INFINITY;
-  float m2 = -INFINITY;
-  float s = 0.0f;
-  float sx = 0.0f;
-
-  template <int K>
-  __device__ __forceinline__ void absorb(const float (&v)[K]) {
-    float cm = m;
-#pragma unroll
-    for (int k = 0; k < K; ++k) cm = fmaxf(cm, v[k]);
-    if (cm > m) {  // exp2f(-inf) = 0 rescales the empty start
-      const float cm2 = cm * kLog2e;
-      s *= exp2f(m2 - cm2);
-      m = cm;
-      m2 = cm2;
-    }
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      s += exp2f(fmaf(v[k], kLog2e, -m2));
-      sx += v[k];
-    }
-  }
-};
 
 template <class T>
 struct ForwardArgs {
@@ -153,7 +125,9 @@ __global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
     const float lse = (m2 + log2f(s)) * kLn2;
     const float nll = lse - xt;
     const float smooth = fmaf(static_cast<float>(vocab), lse, -sx);  // Σ_j (lse - x_j)
-    write_row_results(a, row, fmaf(a.w_diff, nll, a.w_other * smooth), nll, lse);
+    // Without smoothing the -inf logits' infinite terms carry weight 0 (not 0 · inf = NaN).
+    const float smooth_term = a.w_other == 0.0f ? 0.0f : a.w_other * smooth;
+    write_row_results(a, row, fmaf(a.w_diff, nll, smooth_term), nll, lse);
   }
 }
 
@@ -329,7 +303,7 @@ __global__ void __launch_bounds__(kUnfusedRowThreads)
   if (!(has_ignore && t == ignore_index)) {
     if (t >= 0 && t < vocab) {
       n = -to_float(lr[t]);
-      l = fmaf(w_diff, n, w_other * -s);
+      l = fmaf(w_diff, n, w_other == 0.0f ? 0.0f : w_other * -s);  // 0, not 0 · inf, unsmoothed
     } else {
       l = n = NAN;
     }

@@ -24,12 +24,6 @@
 #include "kernels/dropout.h"
 #include "kernels/packed.h"
 
-#if defined(__CUDA_ARCH__)
-#define SEQBENCH_DROPOUT_UNROLL _Pragma("unroll")
-#else
-#define SEQBENCH_DROPOUT_UNROLL
-#endif
-
 namespace seqbench::kernels::dropout_detail {
 
 // ---------------------------------------------------------------------------------------------
@@ -67,10 +61,10 @@ SEQBENCH_HD inline std::uint32_t dropout_keep_bits_aligned(std::uint64_t seed, s
                                                            std::uint64_t first, float p) {
   static_assert(K % 4 == 0 && K <= 32, "K must be a multiple of 4, at most 32");
   std::uint32_t bits = 0;
-  SEQBENCH_DROPOUT_UNROLL
+  SEQBENCH_DEVICE_UNROLL
   for (int q = 0; q < K / 4; ++q) {
     const PhiloxWords words = philox_group(seed, offset, (first >> 2) + static_cast<std::uint64_t>(q));
-    SEQBENCH_DROPOUT_UNROLL
+    SEQBENCH_DEVICE_UNROLL
     for (int k = 0; k < 4; ++k) {
       bits |= (bits_to_unit_float(words.w[k]) >= p ? 1u : 0u) << (4 * q + k);
     }

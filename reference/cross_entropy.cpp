@@ -73,9 +73,12 @@ CrossEntropyForward cross_entropy_forward(const Matrix& logits, const TargetVect
     if (ignored(config, targets[r])) continue;
     const double nll = -log_q(r, targets[r]);
     const double smooth = -log_q.row(r).sum();
-    // -Σ p_j log q_j split as (p_t - p_other)·nll + p_other·smooth, the fairseq form.
+    // -Σ p_j log q_j split as (p_t - p_other)·nll + p_other·smooth, the fairseq form. A -inf
+    // logit makes smooth infinite; without smoothing (p_other = 0) its term is 0 · log 0 = 0,
+    // the limit of p log q, not 0 · inf = NaN.
     out.nll[r] = nll;
-    out.loss[r] = (p.target_weight - p.other_weight) * nll + p.other_weight * smooth;
+    const double smooth_term = p.other_weight == 0.0 ? 0.0 : p.other_weight * smooth;
+    out.loss[r] = (p.target_weight - p.other_weight) * nll + smooth_term;
   }
   out.loss_sum = out.loss.sum();
   out.nll_sum = out.nll.sum();

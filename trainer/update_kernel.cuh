@@ -13,17 +13,10 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"  // SEQBENCH_DEVICE_UNROLL
 #include "core/philox.h"
 #include "kernels/packed.h"
 #include "trainer/update_rule.h"
-
-// `#pragma unroll` for the device pass only: these functions are also compiled for the host,
-// whose compiler does not know the pragma.
-#if defined(__CUDA_ARCH__)
-#define SEQBENCH_DEVICE_UNROLL _Pragma("unroll")
-#else
-#define SEQBENCH_DEVICE_UNROLL
-#endif
 
 namespace seqbench::trainer::detail {
 

@@ -19,8 +19,9 @@
 //
 // Checks: fused forward (loss, nll, lse), totals, fused backward (per-row and scalar upstream
 // gradient), unfused forward and backward, against reference/cross_entropy.h in double; the
-// out-of-range-target signal; bitwise repeatability of the fused kernels. >= 50 shapes x 3 dtypes,
-// outputs poisoned, guards after every output.
+// out-of-range-target signal; rows with -inf logits (masked vocabulary entries); bitwise
+// repeatability of the fused kernels. >= 50 shapes x 3 dtypes, outputs poisoned, guards after every
+// output.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -268,7 +269,7 @@ const char* kRule =
     "and the plan's per-thread element and rescale counts; ignored rows exact";
 
 struct Tallies {
-  Tally fwd, totals, bwd, bwd_scalar, determinism, invalid, unfused_fwd, unfused_bwd;
+  Tally fwd, totals, bwd, bwd_scalar, determinism, invalid, masked, unfused_fwd, unfused_bwd;
   explicit Tallies(const std::string& dt)
       : fwd(name("fwd", dt), kRule),
         totals(name("totals", dt), kRule),
@@ -280,14 +281,20 @@ struct Tallies {
         invalid(name("invalid_target", dt),
                 "targets outside [0, V) (not ignore_index): NaN loss/nll/lse and dlogits row, counted in "
                 "invalid_targets, no other row affected, nothing written outside the outputs"),
+        masked(name("masked_logits", dt),
+               "rows with -inf logits (masked vocabulary entries) in the scalar head, a whole first vector, "
+               "the tail, spread, or all but the target: lse, nll and dlogits (fused and unfused) within the "
+               "bounds above taken over the finite logits; loss within them without smoothing, exactly +inf "
+               "with it"),
         unfused_fwd(name("unfused_fwd", dt), kRule),
         unfused_bwd(name("unfused_bwd", dt), kRule) {}
   static std::string name(const std::string& kernel, const std::string& dt) {
     return "operators/cross_entropy/" + kernel + "/" + dt;
   }
   std::vector<CheckResult> results() const {
-    return {fwd.result(),         totals.result(),  bwd.result(),         bwd_scalar.result(),
-            determinism.result(), invalid.result(), unfused_fwd.result(), unfused_bwd.result()};
+    return {fwd.result(),        totals.result(),      bwd.result(),
+            bwd_scalar.result(), determinism.result(), invalid.result(),
+            masked.result(),     unfused_fwd.result(), unfused_bwd.result()};
   }
 };
 
@@ -355,10 +362,132 @@ struct RowStats {
   double lse = 0, range = 0, max_abs = 0, abs_sum = 0, smooth = 0;
 };
 
+// A row's statistics from the reference inputs. Z, max|x| and Σ|x| are taken over the finite
+// logits: a -inf logit (a masked vocabulary entry) adds exactly 0 (exp2f(-inf) = expf(-inf) = 0)
+// to every sum of exponentials and never raises a max, so it brings no rounding error into lse;
+// its infinite share of smooth = V·lse - Σx reaches the loss only through w_o.
+RowStats row_stats(const ref::Matrix& xm, ref::Index r) {
+  double mx = -INFINITY, mn = INFINITY, xa = 0, as = 0, sx = 0;
+  for (ref::Index j = 0; j < xm.cols(); ++j) {
+    const double x = xm(r, j);
+    sx += x;
+    if (!std::isfinite(x)) continue;
+    mx = std::max(mx, x);
+    mn = std::min(mn, x);
+    xa = std::max(xa, std::fabs(x));
+    as += std::fabs(x);
+  }
+  double s = 0;
+  for (ref::Index j = 0; j < xm.cols(); ++j) s += std::exp(xm(r, j) - mx);
+  RowStats st{mx + std::log(s), mx - mn, xa, as, 0.0};
+  st.smooth = static_cast<double>(xm.cols()) * st.lse - sx;
+  return st;
+}
+
+// The constants of one case's bounds (the derivation above).
+struct BoundTerms {
+  double u = 0, ut = 0, eta = 0;   // one fp32 operation, one rounding to T, T's underflow error
+  double nt = 0, R = 0, logv = 0;  // the fused plan's most elements and rescales per thread, ln V
+  double nu = 0, V = 0;            // the unfused per-thread additions ceil(V/256), V
+  double wd = 0, wo = 0, wt = 0;   // w_t - w_o, w_o, w_t as the kernels round them
+};
+
+// w·term where the term may be infinite (a -inf logit makes smooth infinite): 0 when w = 0, as the
+// kernels and the reference take it (0 · log 0 = 0, the limit of p log q), not 0 · inf = NaN.
+double weighted(double w, double term) {
+  return w == 0.0 ? 0.0 : w * term;
+}
+
+struct ForwardBounds {
+  double lse = 0, nll = 0, loss = 0;
+};
+
+ForwardBounds fused_forward_bounds(const BoundTerms& k, const RowStats& s, double want_nll,
+                                   double want_loss) {
+  ForwardBounds b;
+  const double dS = k.u * (3 * s.range + 6 * (k.R + 1) + k.nt + 16);
+  b.lse = dS + k.u * (4 * std::fabs(s.lse) + s.max_abs + 2 * k.logv);
+  b.nll = b.lse + k.u * want_nll;
+  const double b_smooth = k.V * b.lse + (k.nt + 10) * k.u * s.abs_sum + k.u * s.smooth;
+  b.loss = std::fabs(k.wd) * b.nll + weighted(k.wo, b_smooth) +
+           k.u * (std::fabs(k.wd) * want_nll + weighted(2 * k.wo, s.smooth)) + k.u * std::fabs(want_loss);
+  return b;
+}
+
+ForwardBounds unfused_forward_bounds(const BoundTerms& k, const RowStats& s, double want_nll,
+                                     double want_loss) {
+  ForwardBounds b;
+  b.lse = k.u * (2 * s.range + 4 + k.nu + 10 + std::fabs(s.lse) + 2 * k.logv + 2);
+  b.nll = b.lse + (k.u + k.ut) * want_nll + k.eta;
+  const double b_smooth = k.V * (b.lse + k.eta) + (k.u + k.ut + (k.nu + 10) * k.u) * s.smooth;
+  b.loss = std::fabs(k.wd) * b.nll + weighted(k.wo, b_smooth) +
+           k.u * (std::fabs(k.wd) * want_nll + weighted(2 * k.wo, s.smooth)) + k.u * std::fabs(want_loss);
+  return b;
+}
+
+// One fused dlogit's bound: x the logit, p its smoothed target weight, g the upstream gradient,
+// e_lse = |lse_k - lse| measured. A -inf logit has q = 0 exactly (its δq is infinite, its q·δq 0).
+double fused_dlogit_bound(const BoundTerms& k, const RowStats& s, double e_lse, double x, double p, double g,
+                          double want) {
+  const double q = std::exp(x - s.lse);
+  const double dq = std::expm1(e_lse + k.u * (2 * std::fabs(x - s.lse) + std::fabs(s.lse) + 5));
+  const double q_dq = q == 0.0 ? 0.0 : q * dq;
+  return (1 + k.ut) * (std::fabs(g) * (q_dq + k.u * p + k.u * std::fabs(q - p)) + k.u * std::fabs(want)) +
+         k.ut * std::fabs(want) + k.eta;
+}
+
+// The unfused backward's per-row terms: b_co, β_t and B_S of the derivation, for upstream g.
+struct UnfusedBackwardRow {
+  double b_co = 0, beta_t = 0, b_S = 0;
+};
+
+UnfusedBackwardRow unfused_backward_row(const BoundTerms& k, double g) {
+  UnfusedBackwardRow b;
+  const double ag = std::fabs(g);
+  b.b_co = (1 + 4 * k.u) * (2 * k.u + k.ut) * ag * k.wo + k.eta;
+  const double b_ct = (1 + 4 * k.u) * (2 * k.u + k.ut) * ag * std::fabs(k.wd) + k.eta;
+  b.beta_t = b_ct + b.b_co + (1 + k.u) * (k.u + k.ut) * (ag * k.wt + b_ct + b.b_co) + k.eta;
+  const double sum_beta = (k.V - 1) * b.b_co + b.beta_t;
+  b.b_S = sum_beta + (k.nu + 10) * k.u * (ag + sum_beta) + k.u * ag;
+  return b;
+}
+
+// One unfused dlogit's bound, from the row's terms and the unfused B_lse_u.
+double unfused_dlogit_bound(const BoundTerms& k, const UnfusedBackwardRow& row, const RowStats& s,
+                            double b_lse_u, double x, bool is_target, double g, double want) {
+  const double q = std::exp(x - s.lse);
+  const double de = std::expm1(b_lse_u + (k.u + k.ut) * std::fabs(x - s.lse) + k.eta + 5 * k.u);
+  const double q_de = q == 0.0 ? 0.0 : q * de;
+  const double beta = is_target ? row.beta_t : row.b_co;
+  const double ad = std::fabs(want);
+  const double e0 = beta + q_de * (std::fabs(g) + row.b_S) + q * row.b_S;
+  const double e1 = e0 + k.u * (ad + e0);
+  return e1 + k.ut * (ad + e1) + k.eta;
+}
+
+template <class T>
+BoundTerms bound_terms(std::int64_t vocab, const kernels::CrossEntropyWeights& w) {
+  const DType dt = DTypeTraits<T>::dtype;
+  const kernels::CrossEntropyPlan plan = kernels::cross_entropy_plan(dt, vocab);
+  BoundTerms k;
+  k.u = kU32;
+  k.ut = unit_roundoff(dt);
+  k.eta = underflow_error(dt);
+  k.nt = static_cast<double>(plan.max_thread_elements(vocab));
+  k.R = static_cast<double>(plan.max_thread_rescales(vocab));
+  k.V = static_cast<double>(vocab);
+  k.logv = std::log(k.V);
+  k.nu = std::ceil(k.V / 256.0);
+  k.wd = static_cast<double>(w.target) - static_cast<double>(w.other);
+  k.wo = w.other;
+  k.wt = w.target;
+  return k;
+}
+
 template <class T>
 void check_case(const CeCase& c, Tallies& t) {
   const DType dt = DTypeTraits<T>::dtype;
-  const double u = kU32, ut = unit_roundoff(dt), eta = underflow_error(dt);
+  const double u = kU32;
   const std::string where = c.describe();
   const auto N = static_cast<std::size_t>(c.rows), V = static_cast<std::size_t>(c.vocab), n = N * V;
 
@@ -387,33 +516,13 @@ void check_case(const CeCase& c, Tallies& t) {
   const ref::Matrix want_d = ref::cross_entropy_backward(xm, tv, rc, gv);
   const ref::Matrix want_ds = ref::cross_entropy_backward(xm, tv, rc, static_cast<double>(grad_sum));
   const kernels::CrossEntropyWeights w = kernels::cross_entropy_weights(c.config, c.vocab);
-  const double wd = w.target - w.other, wo = w.other;
+  const BoundTerms k = bound_terms<T>(c.vocab, w);
   const auto counted = [&](std::size_t r) {
     return !(c.config.ignore_index && targets[r] == *c.config.ignore_index);
   };
 
   std::vector<RowStats> st(N);
-  for (std::size_t r = 0; r < N; ++r) {
-    double mx = -INFINITY, mn = INFINITY, xa = 0, as = 0, sx = 0;
-    for (std::size_t j = 0; j < V; ++j) {
-      const double x = xm(static_cast<ref::Index>(r), static_cast<ref::Index>(j));
-      mx = std::max(mx, x);
-      mn = std::min(mn, x);
-      xa = std::max(xa, std::fabs(x));
-      as += std::fabs(x);
-      sx += x;
-    }
-    double s = 0;
-    for (std::size_t j = 0; j < V; ++j)
-      s += std::exp(xm(static_cast<ref::Index>(r), static_cast<ref::Index>(j)) - mx);
-    st[r] = {mx + std::log(s), mx - mn, xa, as, 0.0};
-    st[r].smooth = static_cast<double>(V) * st[r].lse - sx;
-  }
-
-  const kernels::CrossEntropyPlan plan = kernels::cross_entropy_plan(dt, c.vocab);
-  const double nt = static_cast<double>(plan.max_thread_elements(c.vocab));
-  const double R = static_cast<double>(plan.max_thread_rescales(c.vocab));
-  const double logv = std::log(static_cast<double>(V));
+  for (std::size_t r = 0; r < N; ++r) st[r] = row_stats(xm, static_cast<ref::Index>(r));
 
   Guarded<T> x_d(n, c.off_x);
   x_d.upload(logits);
@@ -469,7 +578,6 @@ void check_case(const CeCase& c, Tallies& t) {
   const auto ut_tot = utot.download(t.unfused_fwd, where);
   const auto udd = ud.download(t.unfused_bwd, where);
 
-  const double nu = std::ceil(static_cast<double>(V) / 256.0);
   double sum_bound = 0, nll_sum_bound = 0, abs_loss = 0, abs_nll = 0;
   double usum_bound = 0, unll_sum_bound = 0;
   std::int32_t tokens = 0;
@@ -491,62 +599,35 @@ void check_case(const CeCase& c, Tallies& t) {
     }
     ++tokens;
     const RowStats& s = st[r];
-    const double Vd = static_cast<double>(V);
-    // Fused forward.
-    const double dS = u * (3 * s.range + 6 * (R + 1) + nt + 16);
-    const double b_lse = dS + u * (4 * std::fabs(s.lse) + s.max_abs + 2 * logv);
-    const double b_nll = b_lse + u * wn;
-    const double b_smooth = Vd * b_lse + (nt + 10) * u * s.abs_sum + u * s.smooth;
-    const double b_loss = std::fabs(wd) * b_nll + wo * b_smooth +
-                          u * (std::fabs(wd) * wn + 2 * wo * s.smooth) + u * std::fabs(wl);
-    t.fwd.add(lse1[r], s.lse, b_lse, where + " lse", r);
-    t.fwd.add(nll1[r], wn, b_nll, where + " nll", r);
-    t.fwd.add(loss1[r], wl, b_loss, where + " loss", r);
-    sum_bound += b_loss;
-    nll_sum_bound += b_nll;
+    const ForwardBounds fb = fused_forward_bounds(k, s, wn, wl);
+    t.fwd.add(lse1[r], s.lse, fb.lse, where + " lse", r);
+    t.fwd.add(nll1[r], wn, fb.nll, where + " nll", r);
+    t.fwd.add(loss1[r], wl, fb.loss, where + " loss", r);
+    sum_bound += fb.loss;
+    nll_sum_bound += fb.nll;
     abs_loss += std::fabs(wl);
     abs_nll += std::fabs(wn);
-    // Unfused forward.
-    const double ub_lse = u * (2 * s.range + 4 + nu + 10 + std::fabs(s.lse) + 2 * logv + 2);
-    const double ub_nll = ub_lse + (u + ut) * wn + eta;
-    const double ub_smooth = Vd * (ub_lse + eta) + (u + ut + (nu + 10) * u) * s.smooth;
-    const double ub_loss = std::fabs(wd) * ub_nll + wo * ub_smooth +
-                           u * (std::fabs(wd) * wn + 2 * wo * s.smooth) + u * std::fabs(wl);
-    t.unfused_fwd.add(un[r], wn, ub_nll, where + " nll", r);
-    t.unfused_fwd.add(ul[r], wl, ub_loss, where + " loss", r);
-    usum_bound += ub_loss;
-    unll_sum_bound += ub_nll;
+    const ForwardBounds ub = unfused_forward_bounds(k, s, wn, wl);
+    t.unfused_fwd.add(un[r], wn, ub.nll, where + " nll", r);
+    t.unfused_fwd.add(ul[r], wl, ub.loss, where + " loss", r);
+    usum_bound += ub.loss;
+    unll_sum_bound += ub.nll;
     // Backwards.
     const double e_lse = std::fabs(static_cast<double>(lse1[r]) - s.lse);
     const double g = grad[r];
-    // The unfused backward's per-row terms (derivation above).
-    const double ag = std::fabs(g);
-    const double b_co = (1 + 4 * u) * (2 * u + ut) * ag * wo + eta;
-    const double b_ct = (1 + 4 * u) * (2 * u + ut) * ag * std::fabs(wd) + eta;
-    const double beta_t = b_ct + b_co + (1 + u) * (u + ut) * (ag * w.target + b_ct + b_co) + eta;
-    const double sum_beta = (Vd - 1) * b_co + beta_t;
-    const double b_S = sum_beta + (nu + 10) * u * (ag + sum_beta) + u * ag;
+    const UnfusedBackwardRow urow = unfused_backward_row(k, g);
     for (std::size_t j = 0; j < V; ++j) {
       const auto ji = static_cast<ref::Index>(j);
       const double x = xm(ri, ji);
-      const double q = std::exp(x - s.lse);
-      const double p = static_cast<int>(j) == targets[r] ? w.target : w.other;
-      const double dq = std::expm1(e_lse + u * (2 * std::fabs(x - s.lse) + std::fabs(s.lse) + 5));
-      const auto bound_d = [&](double gg, double want_v, double dqq) {
-        return (1 + ut) * (std::fabs(gg) * (q * dqq + u * p + u * std::fabs(q - p)) + u * std::fabs(want_v)) +
-               ut * std::fabs(want_v) + eta;
-      };
-      t.bwd.add(as_double(d1[r * V + j]), want_d(ri, ji), bound_d(g, want_d(ri, ji), dq), where + " dlogits",
-                r * V + j);
-      t.bwd_scalar.add(as_double(ds1[r * V + j]), want_ds(ri, ji), bound_d(grad_sum, want_ds(ri, ji), dq),
-                       where + " dlogits", r * V + j);
-      const double logp_abs = std::fabs(x - s.lse);
-      const double de = std::expm1(ub_lse + (u + ut) * logp_abs + eta + 5 * u);
-      const double beta = static_cast<int>(j) == targets[r] ? beta_t : b_co;
-      const double ad = std::fabs(want_d(ri, ji));
-      const double e0 = beta + q * de * (ag + b_S) + q * b_S;
-      const double e1 = e0 + u * (ad + e0);
-      t.unfused_bwd.add(as_double(udd[r * V + j]), want_d(ri, ji), e1 + ut * (ad + e1) + eta,
+      const bool is_target = static_cast<int>(j) == targets[r];
+      const double p = is_target ? w.target : w.other;
+      t.bwd.add(as_double(d1[r * V + j]), want_d(ri, ji),
+                fused_dlogit_bound(k, s, e_lse, x, p, g, want_d(ri, ji)), where + " dlogits", r * V + j);
+      t.bwd_scalar.add(as_double(ds1[r * V + j]), want_ds(ri, ji),
+                       fused_dlogit_bound(k, s, e_lse, x, p, grad_sum, want_ds(ri, ji)), where + " dlogits",
+                       r * V + j);
+      t.unfused_bwd.add(as_double(udd[r * V + j]), want_d(ri, ji),
+                        unfused_dlogit_bound(k, urow, s, ub.lse, x, is_target, g, want_d(ri, ji)),
                         where + " dlogits", r * V + j);
     }
   }
@@ -636,12 +717,114 @@ void check_invalid_targets(std::int64_t vocab, Tally& t) {
   }
 }
 
+// Rows with -inf logits, as a model that masks vocabulary entries (special or padding tokens)
+// produces: the -inf entries contribute exactly 0 to every sum, so lse, nll and the gradient are
+// finite and within the bounds taken over the finite logits; the smoothed loss -Σ p_j log q_j is +inf
+// whenever a smoothed weight lands on a -inf logit, and finite without smoothing. The masks put -inf
+// where each thread absorbs its first value: the scalar head (moved by the logits' offset), a whole
+// first vector, the tail, spread through the row, and all but the target.
+template <class T>
+void check_masked_logits(std::int64_t vocab, std::size_t offset, float smoothing, Tally& t) {
+  const std::int64_t rows = 6;
+  const auto N = static_cast<std::size_t>(rows), V = static_cast<std::size_t>(vocab), n = N * V;
+  CrossEntropyConfig config;
+  config.smoothing = smoothing;
+  config.convention = CrossEntropySmoothing::fairseq;
+  const auto target = static_cast<std::int32_t>(vocab / 2);
+  const std::vector<std::int32_t> targets(N, target);
+  std::vector<T> logits = random_values<T>(n, 0x1AF + V + offset, -6.0f, 6.0f);
+  std::vector<bool> masked_row(N, false);
+  const auto mask = [&](std::size_t r, std::size_t j) {
+    if (static_cast<std::int32_t>(j) == target) return;
+    logits[r * V + j] = from_float<T>(-INFINITY);
+    masked_row[r] = true;
+  };
+  mask(0, 0);
+  for (std::size_t j = 0; j < std::min<std::size_t>(8, V); ++j) mask(1, j);
+  for (std::size_t j = V - std::min<std::size_t>(3, V); j < V; ++j) mask(2, j);
+  for (std::size_t j = 3; j < V; j += 7) mask(3, j);
+  // row 4: no -inf (the control)
+  for (std::size_t j = 0; j < V; ++j) mask(5, j);
+
+  const std::string where = "V=" + std::to_string(vocab) + " offset " + std::to_string(offset) +
+                            " smoothing " + std::to_string(smoothing);
+  ref::CrossEntropyConfig rc;
+  rc.smoothing = static_cast<double>(smoothing);
+  rc.convention = ref::SmoothingConvention::fairseq;
+  const ref::Matrix xm = to_matrix(logits, rows, vocab);
+  const ref::TargetVector tv = ref::TargetVector::Constant(rows, target);
+  const std::vector<float> grad = random_values<float>(N, 0x2AF + V, -1.0f, 1.0f);
+  const ref::CrossEntropyForward want = ref::cross_entropy_forward(xm, tv, rc);
+  const ref::Matrix want_d = ref::cross_entropy_backward(xm, tv, rc, to_vector(grad));
+  const kernels::CrossEntropyWeights w = kernels::cross_entropy_weights(config, vocab);
+  const BoundTerms k = bound_terms<T>(vocab, w);
+
+  Guarded<T> x(n, offset);
+  x.upload(logits);
+  DeviceBuffer<std::int32_t> tg(targets);
+  DeviceBuffer<float> g_d(grad);
+  Guarded<float> loss(N, 1), nll(N, 2), lse(N, 3), uloss(N, 1), unll(N, 2);
+  Guarded<T> d(n, offset), ud(n, offset);
+  DeviceBuffer<T> logp(n);
+  DeviceBuffer<unsigned char> uws(
+      kernels::cross_entropy_unfused_backward_workspace_bytes(DTypeTraits<T>::dtype, rows, vocab));
+  kernels::launch_cross_entropy_forward<T>(loss.data(), nll.data(), lse.data(), nullptr, x.data(), tg.data(),
+                                           rows, vocab, config, nullptr);
+  kernels::launch_cross_entropy_backward<T>(d.data(), x.data(), tg.data(), lse.data(), g_d.data(), rows,
+                                            vocab, config, nullptr);
+  kernels::launch_cross_entropy_forward_unfused<T>(uloss.data(), unll.data(), nullptr, logp.data(),
+                                                   logp.bytes(), x.data(), tg.data(), rows, vocab, config,
+                                                   nullptr);
+  kernels::launch_cross_entropy_backward_unfused<T>(ud.data(), logp.data(), tg.data(), g_d.data(), rows,
+                                                    vocab, config, uws.data(), uws.bytes(), nullptr);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto l = loss.download(t, where), nl = nll.download(t, where), ls = lse.download(t, where);
+  const auto ul = uloss.download(t, where), un = unll.download(t, where);
+  const auto dd = d.download(t, where), udd = ud.download(t, where);
+
+  for (std::size_t r = 0; r < N; ++r) {
+    const auto ri = static_cast<ref::Index>(r);
+    const std::string row = where + " row " + std::to_string(r);
+    const RowStats st = row_stats(xm, ri);
+    const double wn = want.nll(ri), wl = want.loss(ri);
+    const ForwardBounds fb = fused_forward_bounds(k, st, wn, wl);
+    const ForwardBounds ub = unfused_forward_bounds(k, st, wn, wl);
+    t.add(ls[r], st.lse, fb.lse, row + " lse", r);
+    t.add(nl[r], wn, fb.nll, row + " nll", r);
+    t.add(un[r], wn, ub.nll, row + " unfused nll", r);
+    if (std::isinf(wl)) {  // smoothing weight on a -inf logit
+      t.add_exact(masked_row[r] && w.other > 0.0f && wl > 0, row, "reference loss is infinite unexpectedly");
+      t.add_exact(l[r] == INFINITY && ul[r] == INFINITY, row,
+                  "loss " + std::to_string(l[r]) + " / unfused " + std::to_string(ul[r]) + ", want +inf");
+    } else {
+      t.add(l[r], wl, fb.loss, row + " loss", r);
+      t.add(ul[r], wl, ub.loss, row + " unfused loss", r);
+    }
+    const double e_lse = std::fabs(static_cast<double>(ls[r]) - st.lse);
+    const UnfusedBackwardRow urow = unfused_backward_row(k, grad[r]);
+    for (std::size_t j = 0; j < V; ++j) {
+      const auto ji = static_cast<ref::Index>(j);
+      const double xv = xm(ri, ji), wd_j = want_d(ri, ji);
+      const bool is_target = static_cast<std::int32_t>(j) == target;
+      const double p = is_target ? w.target : w.other;
+      t.add(as_double(dd[r * V + j]), wd_j, fused_dlogit_bound(k, st, e_lse, xv, p, grad[r], wd_j),
+            row + " dlogits", j);
+      t.add(as_double(udd[r * V + j]), wd_j,
+            unfused_dlogit_bound(k, urow, st, ub.lse, xv, is_target, grad[r], wd_j), row + " unfused dlogits",
+            j);
+    }
+  }
+}
+
 template <class T>
 std::vector<CheckResult> checks_for(std::uint64_t seed) {
   Tallies t(DTypeTraits<T>::name);
   for (const CeCase& c : make_cases(seed ^ (0xCE00ull + static_cast<std::uint64_t>(DTypeTraits<T>::dtype))))
     check_case<T>(c, t);
   for (const std::int64_t v : {1, 3, 1000, 50257}) check_invalid_targets<T>(v, t.invalid);
+  for (const std::int64_t v : {2, 13, 1000, 50257})
+    for (const std::size_t offset : {0, 1, 3})
+      for (const float smoothing : {0.0f, 0.1f}) check_masked_logits<T>(v, offset, smoothing, t.masked);
   return t.results();
 }
 

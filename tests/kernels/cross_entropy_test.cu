@@ -1,5 +1,6 @@
 // The label-smoothed cross-entropy kernels on the GPU: every launcher (fused and unfused) against
-// reference/cross_entropy.h through the suite's checks (which `seqbench check` also runs), plus:
+// reference/cross_entropy.h through the suite's checks (which `seqbench check` also runs; they
+// include rows with -inf logits, masked_logits), plus:
 // an empty batch and an all-ignored batch give zero totals, and a misaligned logits pointer
 // (which moves the scalar head of every row) gives the same losses within the derived bound.
 #include <gtest/gtest.h>
@@ -33,10 +34,10 @@ TEST(CrossEntropyGpu, EveryLauncherMatchesTheReference) {
       names.insert(r.name);
       EXPECT_TRUE(r.passed) << r.name << ": " << r.detail;
     }
-    EXPECT_EQ(results.size(), 3u * 8u);
+    EXPECT_EQ(results.size(), 3u * 9u);
     for (const std::string dtype : {"f32", "f16", "bf16"}) {
       for (const std::string kernel : {"fwd", "totals", "bwd", "bwd_scalar", "determinism", "invalid_target",
-                                       "unfused_fwd", "unfused_bwd"}) {
+                                       "masked_logits", "unfused_fwd", "unfused_bwd"}) {
         EXPECT_EQ(names.count("operators/cross_entropy/" + kernel + "/" + dtype), 1u)
             << kernel << "/" << dtype;
       }

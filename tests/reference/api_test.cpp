@@ -130,6 +130,30 @@ TEST(ReferenceCrossEntropy, ScalarAndPerRowBackwardAgree) {
   EXPECT_NEAR(a.row(0).sum(), 0.0, 1e-15);
 }
 
+// A -inf logit (a masked vocabulary entry) has probability 0: without smoothing the loss is the
+// finite nll of the other entries (0 · log 0 = 0, not 0 · inf = NaN); with smoothing some weight
+// lands on it and the loss is +inf; the gradient stays finite either way (q = 0 there).
+TEST(ReferenceCrossEntropy, MaskedLogitsHaveProbabilityZero) {
+  Matrix logits = iota(1, 4);
+  logits(0, 0) = -std::numeric_limits<double>::infinity();
+  const TargetVector targets{{2}};
+  const Matrix finite = logits.rightCols(3);
+  const double want_nll = std::log(finite.array().exp().sum()) - logits(0, 2);
+  const CrossEntropyForward plain =
+      cross_entropy_forward(logits, targets, {0.0, SmoothingConvention::fairseq, {}});
+  EXPECT_NEAR(plain.nll[0], want_nll, 1e-15);
+  EXPECT_NEAR(plain.loss[0], want_nll, 1e-15);
+  const CrossEntropyForward smoothed =
+      cross_entropy_forward(logits, targets, {0.1, SmoothingConvention::fairseq, {}});
+  EXPECT_NEAR(smoothed.nll[0], want_nll, 1e-15);
+  EXPECT_EQ(smoothed.loss[0], std::numeric_limits<double>::infinity());
+  for (const double eps : {0.0, 0.1}) {
+    const Matrix d = cross_entropy_backward(logits, targets, {eps, SmoothingConvention::fairseq, {}}, 1.0);
+    EXPECT_TRUE(d.allFinite()) << d;
+    EXPECT_NEAR(d.sum(), 0.0, 1e-15);
+  }
+}
+
 TEST(ReferenceCrossEntropy, ValidatesTargetsAndVocabulary) {
   const Matrix logits = iota(2, 3);
   expect_error(
