@@ -1,4 +1,4 @@
-# seqbench_add_test(<name> SOURCES <files...> LABEL cpu|gpu [LIBS <targets...>])
+# seqbench_add_test(<name> SOURCES <files...> LABEL cpu|gpu [LIBS <targets...>] [RUN_SERIAL])
 #
 # One GoogleTest executable whose tests ctest discovers one by one, each carrying the label.
 # A gpu-labelled test must call SEQBENCH_REQUIRE_GPU() (tests/common/gpu_test.h) first, so that
@@ -6,15 +6,20 @@
 include(GoogleTest)
 
 function(seqbench_add_test name)
-  cmake_parse_arguments(ARG "" "LABEL" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_SERIAL" "LABEL" "SOURCES;LIBS" ${ARGN})
   if(NOT ARG_LABEL MATCHES "^(cpu|gpu)$")
     message(FATAL_ERROR "seqbench_add_test(${name}): LABEL must be cpu or gpu, got '${ARG_LABEL}'")
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} seqbench_test_common GTest::gtest_main)
   seqbench_warnings(${name})
+  # RUN_SERIAL: a test that times the GPU runs alone, not beside other tests' kernels (ctest -j).
+  set(serial FALSE)
+  if(ARG_RUN_SERIAL)
+    set(serial TRUE)
+  endif()
   # PRE_TEST: discovery runs when ctest runs, so the build itself never executes test binaries.
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS ${ARG_LABEL} SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    PROPERTIES LABELS ${ARG_LABEL} SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" RUN_SERIAL ${serial})
 endfunction()
