@@ -75,6 +75,17 @@ void expect_close(const std::vector<T>& got, const std::vector<double>& want, do
   }
   const double bound = tol * scale + operators::check_util::underflow_error(dtype);
   const double ratio = scale > 0.0 ? err / scale : err;
+  // With tol >= 1 the bound exceeds every |ref_i|, so even an all-zero output passes: the worst-case
+  // model of n roundings (bf16's deepest chains) then only catches NaN and poisoned elements. Say so
+  // once per tensor rather than let the check look stronger than it is.
+  if (tol >= 1.0) {
+    static std::map<std::string, bool> said;
+    bool& once = said[label + " " + std::string(dtype_name(dtype)) + " " + tensor];
+    if (!once)
+      std::cout << "[ info ] " << label << " " << dtype_name(dtype) << " " << tensor << ": tol " << tol
+                << " >= 1, so this check only catches NaN and unwritten elements\n";
+    once = true;
+  }
   double& worst = worst_ratios()[label + " " + std::string(dtype_name(dtype)) + " " + tensor];
   worst = std::max(worst, ratio);
   EXPECT_LE(err, bound) << tensor << " (" << where << "): element " << at << " got "
