@@ -16,9 +16,24 @@ __device__ __forceinline__ float warp_reduce_sum(float value) {
   return value;
 }
 
+// max(a, b) that returns NaN when either is NaN. fmaxf returns the other operand instead, so a
+// row max taken with it skips NaN: a softmax row whose scores are all NaN would pass for fully
+// masked (max -inf) and come out as zeros, hiding the NaN. For finite and infinite operands it
+// equals fmaxf exactly.
+__device__ __forceinline__ float max_propagate_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return isnan(a) ? a : isnan(b) ? b : fmaxf(a, b);
+#endif
+}
+
+// The max over the warp's values; NaN if any is NaN.
 __device__ __forceinline__ float warp_reduce_max(float value) {
   for (int offset = 16; offset > 0; offset >>= 1)
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    value = max_propagate_nan(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
 }
 
@@ -41,6 +56,7 @@ __device__ __forceinline__ float block_reduce_sum(float value) {
   return reduce_detail::block_reduce(value, 0.0f, [](float v) { return warp_reduce_sum(v); });
 }
 
+// NaN if any thread's value is NaN (warp_reduce_max).
 __device__ __forceinline__ float block_reduce_max(float value) {
   return reduce_detail::block_reduce(value, -INFINITY, [](float v) { return warp_reduce_max(v); });
 }

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kWarpTeam ? kMaxWarpPathThreads : kMaxBlockThr
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         v[k][i] = col + i < valid ? a.scale * to_float(p.v[i]) : -INFINITY;
-        m = fmaxf(m, v[k][i]);
+        m = max_propagate_nan(m, v[k][i]);  // a NaN score makes the row NaN, never "fully masked"
       }
     } else {
 #pragma unroll
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads) softmax_forward_multipass_ke
     const V p = V::load(xr + j * kVec);
 #pragma unroll
     for (int i = 0; i < kVec; ++i)
-      if (j * kVec + i < valid) m = fmaxf(m, a.scale * to_float(p.v[i]));
+      if (j * kVec + i < valid) m = max_propagate_nan(m, a.scale * to_float(p.v[i]));
   }
   m = block_reduce_max(m);
   if (m == -INFINITY) {
@@ -285,7 +285,7 @@ template <class T>
 __global__ void unfused_row_max_kernel(float* __restrict__ mx, const T* __restrict__ z, int k_len) {
   const T* zr = z + static_cast<std::int64_t>(blockIdx.x) * k_len;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < k_len; j += blockDim.x) m = fmaxf(m, to_float(zr[j]));
+  for (int j = threadIdx.x; j < k_len; j += blockDim.x) m = max_propagate_nan(m, to_float(zr[j]));
   m = block_reduce_max(m);
   if (threadIdx.x == 0) mx[blockIdx.x] = m;
 }

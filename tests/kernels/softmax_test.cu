@@ -1,6 +1,6 @@
 // Softmax kernels on the GPU: every kernel and every tuner candidate against reference/ over >= 50
 // random shapes and masks in all three dtypes (softmax_gpu_checks, shared with `seqbench check`),
-// the tuner's caching, in-place use, fully-masked rows and very long rows.
+// the tuner's caching, in-place use, fully-masked rows, NaN scores and very long rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +181,56 @@ TEST(SoftmaxGpu, FullyMaskedRowsAreZerosWithZeroGradient) {
         EXPECT_NEAR(sum, 1.0, 1e-5) << "row " << r;
       }
     }
+  }
+}
+
+// A NaN score makes its row NaN on every path, the unfused baseline included. A row whose valid
+// scores are all NaN used to come out as zeros: fmaxf skipped every NaN, the row max stayed -inf
+// and the row passed for fully masked. Row 0: all valid scores NaN (the masked tail after them);
+// row 1: one NaN among finite scores; row 2: finite (sums to 1, untouched by its neighbours).
+template <class T>
+void expect_nan_rows(std::int64_t k_len, const SoftmaxConfig* config) {
+  SCOPED_TRACE(std::string(DTypeTraits<T>::name) + " k_len=" + std::to_string(k_len) + " " +
+               (config ? config->to_string() : std::string("unfused")));
+  const SoftmaxShape shape{1, 1, 3, k_len};
+  const auto k = static_cast<std::size_t>(k_len), n = 3 * k;
+  std::vector<T> xh = random_values<T>(n, 9);
+  const std::size_t valid = k > 1 ? k - 1 : k;  // key_lengths masks the last key
+  for (std::size_t j = 0; j < valid; ++j) xh[j] = from_float<T>(NAN);
+  xh[k + valid / 2] = from_float<T>(NAN);
+  DeviceBuffer<std::int32_t> len(std::vector<std::int32_t>{static_cast<std::int32_t>(valid)});
+  SoftmaxMask mask;
+  mask.key_lengths = len.data();
+  DeviceBuffer<T> x(xh), y(n);
+  y.fill_bytes(0);
+  if (config) {
+    kernels::launch_softmax_forward<T>(y.data(), x.data(), shape, 0.5f, mask, nullptr, config);
+  } else {
+    DeviceBuffer<unsigned char> ws(
+        kernels::softmax_unfused_forward_workspace_bytes(DTypeTraits<T>::dtype, shape));
+    kernels::launch_softmax_forward_unfused<T>(y.data(), x.data(), shape, 0.5f, mask, ws.data(), ws.size(),
+                                               nullptr);
+  }
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<T> yh = y.copy_to_host();
+  for (std::size_t r = 0; r < 2; ++r)
+    for (std::size_t j = 0; j < valid; ++j)
+      ASSERT_TRUE(std::isnan(to_float(yh[r * k + j]))) << "row " << r << " key " << j << " is not NaN";
+  double sum = 0.0;
+  for (std::size_t j = 0; j < k; ++j) sum += to_float(yh[2 * k + j]);
+  // Each output rounds once to T (relative u_T <= 2^-8), so the sum is within 2^-8 (+ fp32 sums) of 1.
+  EXPECT_NEAR(sum, 1.0, 0.01) << "the finite row";
+}
+
+TEST(SoftmaxGpu, NanScoresGiveNanRowsOnEveryPath) {
+  SEQBENCH_REQUIRE_GPU();
+  for (const std::int64_t k : {1, 7, 1000, 4096, 20000}) {
+    for (const SoftmaxConfig& c : kernels::softmax_candidate_configs(DType::bf16, k, k % 8 == 0))
+      expect_nan_rows<__nv_bfloat16>(k, &c);
+    expect_nan_rows<__nv_bfloat16>(k, nullptr);
+    for (const SoftmaxConfig& c : kernels::softmax_candidate_configs(DType::f32, k, k % 4 == 0))
+      expect_nan_rows<float>(k, &c);
+    expect_nan_rows<float>(k, nullptr);
   }
 }
 
