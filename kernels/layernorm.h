@@ -104,7 +104,10 @@ void launch_layernorm_forward(T* y, float* mean, float* rstd, const T* x, const 
 //   dgamma = Σ_r dy ⊙ x̂,  dbeta = Σ_r dy
 // dgamma/dbeta are bitwise deterministic, with no atomics: the rows are cut into `chunks` fixed
 // chunks (layernorm_backward_partition, a function of rows and hidden only, never of the device or
-// dtype), and block p owns chunk p.
+// dtype), and block p owns chunk p. Bitwise equal results need the same dtype, shape and
+// vectorizability (every pointer 16-byte aligned, hidden a multiple of the vector width): that
+// choice sets the team size and so which rows each team sums and in what order the team sums are
+// added (dx's row reductions too). Repeated calls on the same buffers always agree.
 // Thread mapping, warp/block paths: the block holds several row teams (layernorm_plan with
 // backward = true: 8 warps, or max(1, 512 / team_threads) block teams); team t takes rows
 // first + t, first + t + teams, ... of the chunk, keeps its row (x̂ and g) in registers to compute
