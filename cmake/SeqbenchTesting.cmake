@@ -13,13 +13,10 @@ function(seqbench_add_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} seqbench_test_common GTest::gtest_main)
   seqbench_warnings(${name})
-  # RUN_SERIAL: a test that times the GPU runs alone, not beside other tests' kernels (ctest -j).
-  set(serial FALSE)
-  if(ARG_RUN_SERIAL)
-    set(serial TRUE)
-  endif()
+  # RUN_SERIAL (ARG_RUN_SERIAL is TRUE or FALSE): a test that times the GPU runs alone, not beside
+  # other tests' kernels (ctest -j).
   # PRE_TEST: discovery runs when ctest runs, so the build itself never executes test binaries.
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS ${ARG_LABEL} SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" RUN_SERIAL ${serial})
+    PROPERTIES LABELS ${ARG_LABEL} SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" RUN_SERIAL ${ARG_RUN_SERIAL})
 endfunction()

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
   const float sx = team_sum<kWarpTeam>(st.sx);
   if (lane == 0) {
     const float xt = to_float(xr[target]);
-    const float lse = (m2 + log2f(s)) * kLn2;
+    const float lse = online_lse_value(m2, s);
     const float nll = lse - xt;
     const float smooth = fmaf(static_cast<float>(vocab), lse, -sx);  // Σ_j (lse - x_j)
     // Without smoothing the -inf logits' infinite terms carry weight 0 (not 0 · inf = NaN).
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kUnfusedRowThreads)
   const T* xr = x + row * vocab;
   T* lr = logp + row * vocab;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, to_float(xr[j]));
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = max_propagate_nan(m, to_float(xr[j]));
   m = block_reduce_max(m);
   float s = 0.0f;
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(to_float(xr[j]) - m);

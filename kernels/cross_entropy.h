@@ -10,6 +10,10 @@
 //   dloss/dlogits = q - p, so dlogits[r] = g_r·(q - p) for an upstream gradient g_r of loss[r].
 //   Rows whose target equals ignore_index give zero loss, zero nll, zero lse and a zero gradient
 //   row; their logits are never read.
+//   A -inf logit (a masked vocabulary entry) has q_j = 0: lse, nll and dlogits stay finite (its
+//   gradient is -g_r·w_o); without smoothing (w_o = 0) the loss is the finite (w_t - w_o)·nll
+//   (0·log 0 = 0), with smoothing it is +inf (some weight lies on an impossible entry). A -inf
+//   target gives nll = +inf; a row of nothing but -inf gives NaN.
 // Types: T ∈ {float, __half, __nv_bfloat16}; every computation in fp32; loss, nll, lse, grad_loss
 // and the totals are fp32 whatever T is (a criterion's output); dlogits is T.
 //

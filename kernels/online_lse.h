@@ -17,6 +17,11 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 // rescales the empty start). While the max is still -inf (every value so far -inf, e.g. masked
 // vocabulary entries) each term is 2^(-inf) = 0: the exponent is then taken against 0, since
 // -inf - (-inf) would be NaN and would poison s for the rest of the row.
+// lse = (m2 + log2 s)·ln 2 from a state's m2 = fl(m·log2 e) and s = Σ 2^(x·log2 e - m2).
+SEQBENCH_HD inline float online_lse_value(float m2, float s) {
+  return (m2 + log2f(s)) * kLn2;
+}
+
 struct OnlineLse {
   float m = -INFINITY;
   float m2 = -INFINITY;
@@ -42,8 +47,13 @@ struct OnlineLse {
     }
   }
 
-  // The log-sum-exp of what was absorbed, as the kernel forms it from a team's merged state.
-  SEQBENCH_HD float lse() const { return (m2 + log2f(s)) * kLn2; }
+  // The log-sum-exp of what was absorbed (online_lse_value, as the kernel forms it from a team's
+  // merged state).
+  SEQBENCH_HD float lse() const;
 };
+
+SEQBENCH_HD inline float OnlineLse::lse() const {
+  return online_lse_value(m2, s);
+}
 
 }  // namespace seqbench::kernels

@@ -11,6 +11,8 @@
 //   fairseq: q_t - (1-ε) at the target,       q_j - ε/(V-1) elsewhere
 // The conventions coincide when α = ε·V/(V-1); for the same ε they differ.
 // Rows whose target equals ignore_index (padding) give zero loss, zero nll and zero gradient.
+// A -inf logit has probability 0: the loss is finite without smoothing (0·log 0 = 0) and +inf with
+// it; nll and the gradient stay finite (see kernels/cross_entropy.h).
 #pragma once
 
 #include <cstdint>

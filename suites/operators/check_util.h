@@ -123,7 +123,11 @@ class Tally {
     ++checked_;
     const double err = std::fabs(got - want);
     const double inf = std::numeric_limits<double>::infinity();
-    const double ratio = std::isnan(err) ? inf : err == 0.0 ? 0.0 : bound > 0.0 ? err / bound : inf;
+    // A NaN error or a NaN bound fails (a bound formula that met 0·inf must not pass vacuously).
+    const double ratio = std::isnan(err) || std::isnan(bound) ? inf
+                         : err == 0.0                         ? 0.0
+                         : bound > 0.0                        ? err / bound
+                                                              : inf;
     if (std::isnan(err)) {
       max_abs_ = inf;
     } else {

@@ -285,7 +285,7 @@ struct Tallies {
                "rows with -inf logits (masked vocabulary entries) in the scalar head, a whole first vector, "
                "the tail, spread, or all but the target: lse, nll and dlogits (fused and unfused) within the "
                "bounds above taken over the finite logits; loss within them without smoothing, exactly +inf "
-               "with it"),
+               "with it; totals count every row, loss_sum +inf exactly when a row's loss is"),
         unfused_fwd(name("unfused_fwd", dt), kRule),
         unfused_bwd(name("unfused_bwd", dt), kRule) {}
   static std::string name(const std::string& kernel, const std::string& dt) {
@@ -768,8 +768,10 @@ void check_masked_logits(std::int64_t vocab, std::size_t offset, float smoothing
   DeviceBuffer<T> logp(n);
   DeviceBuffer<unsigned char> uws(
       kernels::cross_entropy_unfused_backward_workspace_bytes(DTypeTraits<T>::dtype, rows, vocab));
-  kernels::launch_cross_entropy_forward<T>(loss.data(), nll.data(), lse.data(), nullptr, x.data(), tg.data(),
-                                           rows, vocab, config, nullptr);
+  uws.fill_bytes(0xFF);  // NaN in every T: a workspace element read before it is written shows
+  Guarded<CrossEntropyTotals> totals(1, 0);
+  kernels::launch_cross_entropy_forward<T>(loss.data(), nll.data(), lse.data(), totals.data(), x.data(),
+                                           tg.data(), rows, vocab, config, nullptr);
   kernels::launch_cross_entropy_backward<T>(d.data(), x.data(), tg.data(), lse.data(), g_d.data(), rows,
                                             vocab, config, nullptr);
   kernels::launch_cross_entropy_forward_unfused<T>(uloss.data(), unll.data(), nullptr, logp.data(),
@@ -781,6 +783,15 @@ void check_masked_logits(std::int64_t vocab, std::size_t offset, float smoothing
   const auto l = loss.download(t, where), nl = nll.download(t, where), ls = lse.download(t, where);
   const auto ul = uloss.download(t, where), un = unll.download(t, where);
   const auto dd = d.download(t, where), udd = ud.download(t, where);
+  const auto tt = totals.download(t, where);
+  // Every row counts; the summed loss is +inf as soon as one row's is (smoothing), finite otherwise.
+  const bool any_infinite = std::isinf(want.loss_sum);
+  t.add_exact(tt[0].tokens == rows && tt[0].invalid_targets == 0 &&
+                  (any_infinite ? tt[0].loss_sum == INFINITY : std::isfinite(tt[0].loss_sum)) &&
+                  std::isfinite(tt[0].nll_sum),
+              where,
+              "totals: tokens " + std::to_string(tt[0].tokens) + ", loss_sum " +
+                  std::to_string(tt[0].loss_sum) + ", nll_sum " + std::to_string(tt[0].nll_sum));
 
   for (std::size_t r = 0; r < N; ++r) {
     const auto ri = static_cast<ref::Index>(r);
