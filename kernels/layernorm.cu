@@ -756,15 +756,24 @@ void require_tensor(const char* what, const char* name, const void* ptr) {
   require_aligned(what, name, ptr, alignof(T));
 }
 
+// The byte sizes of a call's tensors: [rows, hidden] activations in T, [hidden] parameters in T,
+// [rows] float statistics (mean, rstd).
+struct LayerNormBytes {
+  std::size_t tensor, param, stat;
+};
+template <class T>
+LayerNormBytes layernorm_bytes(std::int64_t rows, int hidden) {
+  const auto r = static_cast<std::size_t>(rows), h = static_cast<std::size_t>(hidden);
+  return {r * h * sizeof(T), h * sizeof(T), r * sizeof(float)};
+}
+
 // The forward launchers' outputs (y, mean and rstd where not null, the unfused one's workspace)
 // against each other and the inputs x, gamma, beta.
 template <class T>
 void require_forward_disjoint(const char* what, const T* y, const float* mean, const float* rstd, const T* x,
                               const T* gamma, const T* beta, std::int64_t rows, int hidden,
                               const void* workspace = nullptr, std::size_t workspace_bytes = 0) {
-  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  const auto [bytes, param_bytes, stat_bytes] = layernorm_bytes<T>(rows, hidden);
   require_no_overlap(what,
                      {{y, bytes, "y"},
                       {mean, stat_bytes, "mean"},
@@ -789,9 +798,7 @@ void require_backward_tensors(const char* what, const T* dx, const T* dgamma, co
     require_tensor<float>(what, "mean", mean);
     require_tensor<float>(what, "rstd", rstd);
   }
-  const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t param_bytes = static_cast<std::size_t>(hidden) * sizeof(T);
-  const std::size_t stat_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  const auto [bytes, param_bytes, stat_bytes] = layernorm_bytes<T>(rows, hidden);
   require_no_overlap(what,
                      {{dgamma, param_bytes, "dgamma"},
                       {dbeta, param_bytes, "dbeta"},
