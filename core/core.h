@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/build_info.h"
+#include "core/byte_range.h"
 #include "core/check_result.h"
 #include "core/cuda_check.h"
 #include "core/device_buffer.h"

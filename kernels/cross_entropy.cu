@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/byte_range.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -400,9 +401,7 @@ struct Span {
 };
 
 bool overlaps(const Span& a, const Span& b) {
-  if (a.ptr == nullptr || b.ptr == nullptr || a.bytes == 0 || b.bytes == 0) return false;
-  const auto pa = reinterpret_cast<std::uintptr_t>(a.ptr), pb = reinterpret_cast<std::uintptr_t>(b.ptr);
-  return pa < pb + b.bytes && pb < pa + a.bytes;
+  return bytes_overlap(a.ptr, a.bytes, b.ptr, b.bytes);
 }
 
 // No output may share a byte with an input or with another output.

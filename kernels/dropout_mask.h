@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/byte_range.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -100,28 +101,20 @@ inline void require_non_null(const void* ptr, const char* op, const char* name) 
   SEQBENCH_REQUIRE(ptr != nullptr, op << ": " << name << " is null");
 }
 
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (false when either is null or empty).
-inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
-  const auto x = reinterpret_cast<std::uintptr_t>(a);
-  const auto y = reinterpret_cast<std::uintptr_t>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
-
 // Outputs are written through __restrict__ pointers, so no output may share a byte with an input
 // (the two in-place cases, bias_act_dropout_bwd's and dropout_bwd_regenerate's dx == dy, run
 // instances without __restrict__ and are checked by their launchers).
 inline void require_disjoint(const void* out, std::size_t out_bytes, const void* in, std::size_t in_bytes,
                              const char* op, const char* out_name, const char* in_name) {
-  SEQBENCH_REQUIRE(!ranges_overlap(out, out_bytes, in, in_bytes), op << ": output " << out_name
-                                                                     << " overlaps input " << in_name
-                                                                     << " (in-place is not supported)");
+  SEQBENCH_REQUIRE(!bytes_overlap(out, out_bytes, in, in_bytes), op << ": output " << out_name
+                                                                    << " overlaps input " << in_name
+                                                                    << " (in-place is not supported)");
 }
 
 // For the launchers that may run in place: out may be in itself, but may not overlap it otherwise.
 inline void require_same_or_disjoint(const void* out, const void* in, std::size_t bytes, const char* op,
                                      const char* out_name, const char* in_name) {
-  SEQBENCH_REQUIRE(out == in || !ranges_overlap(out, bytes, in, bytes),
+  SEQBENCH_REQUIRE(out == in || !bytes_overlap(out, bytes, in, bytes),
                    op << ": output " << out_name << " overlaps input " << in_name
                       << " without being it (in place means " << out_name << " == " << in_name << ")");
 }

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/byte_range.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -708,12 +709,6 @@ constexpr int vector_size() {
   return Packed<T>::kSize;
 }
 
-bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
-  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
 // One tensor's bytes, named for messages.
 struct Range {
   const void* ptr;
@@ -729,11 +724,11 @@ void require_no_overlap(const char* what, std::initializer_list<Range> outputs,
                         std::initializer_list<Range> inputs) {
   for (auto out = outputs.begin(); out != outputs.end(); ++out) {
     for (auto other = out + 1; other != outputs.end(); ++other)
-      SEQBENCH_REQUIRE(!overlaps(out->ptr, out->bytes, other->ptr, other->bytes),
+      SEQBENCH_REQUIRE(!bytes_overlap(out->ptr, out->bytes, other->ptr, other->bytes),
                        what << ": " << out->name << " overlaps " << other->name);
     for (const Range& in : inputs)
       SEQBENCH_REQUIRE(
-          !overlaps(out->ptr, out->bytes, in.ptr, in.bytes),
+          !bytes_overlap(out->ptr, out->bytes, in.ptr, in.bytes),
           what << ": " << out->name << " overlaps " << in.name << " (in-place is not supported)");
   }
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "core/byte_range.h"
 #include "core/cuda_check.h"
 #include "core/device_buffer.h"
 #include "core/error.h"
@@ -364,8 +365,7 @@ std::size_t align_up(std::size_t n, std::size_t a) {
 }
 
 bool partially_overlap(const void* a, const void* b, std::size_t bytes) {
-  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
-  return pa != pb && pa < pb + bytes && pb < pa + bytes;
+  return a != b && bytes_overlap(a, bytes, b, bytes);
 }
 
 void require_aligned(const char* what, const char* name, const void* ptr, std::size_t alignment) {

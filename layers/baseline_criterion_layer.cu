@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/byte_range.h"
 #include "core/cuda_check.h"
 #include "core/dtype.h"
 #include "core/error.h"

@@ -2,6 +2,7 @@
 #include <memory>
 #include <string>
 
+#include "core/byte_range.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/nvtx.h"

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/byte_range.h"
 #include "core/cuda_check.h"
 #include "core/dtype.h"
 #include "core/error.h"

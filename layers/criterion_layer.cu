@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/byte_range.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/nvtx.h"

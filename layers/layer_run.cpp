@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/byte_range.h"
 #include "kernels/bias_dropout_residual.h"
 #include "kernels/layernorm.h"
 #include "kernels/qkv_reshape.h"
@@ -40,13 +41,6 @@ kernels::Activation kernel_activation(Activation a) {
       break;
   }
   return kernels::Activation::gelu_tanh;
-}
-
-bool bytes_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
-  const auto pa = reinterpret_cast<std::uintptr_t>(a);
-  const auto pb = reinterpret_cast<std::uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
 const char* recompute_name(Recompute recompute) {

@@ -68,9 +68,6 @@ std::size_t max_score_elements(const LayerConfig& config);
 // The fused kernels' name of the config's activation.
 kernels::Activation kernel_activation(Activation activation);
 
-// Whether two byte ranges overlap (false when either is null or empty).
-bool bytes_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes);
-
 class PlanBuilder {
  public:
   // Validates the config and computes the workspace sizes at its maxima. `recompute` is the
