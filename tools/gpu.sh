@@ -59,6 +59,7 @@ stages=" ${STAGES:-build test sanitize run dump torch} "
 summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 call_budget=${CALL_BUDGET:-560}
+stage_min=${STAGE_MIN:-20}
 # Seconds left of the call's budget, at least 1 (timeout 0 would mean no limit at all).
 left() {
   local l=$((call_budget - SECONDS))
@@ -72,7 +73,7 @@ want() {
     why=skipped
     return 1
   fi
-  (($(left) >= ${STAGE_MIN:-20})) && return 0
+  (($(left) >= $stage_min)) && return 0
   why="skipped (call budget spent: $(left) s of $call_budget left)"
   return 1
 }
@@ -132,7 +133,7 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
     [ -x "$bin" ] || continue
     case "$bin" in *_validation_test) continue ;; esac  # CPU-only: nothing to sanitize
     for tool in memcheck racecheck; do
-      if ((SECONDS - san_start >= ${SANITIZE_BUDGET:-300} || $(left) < ${STAGE_MIN:-20})); then
+      if ((SECONDS - san_start >= ${SANITIZE_BUDGET:-300} || $(left) < $stage_min)); then
         san_skipped=$((san_skipped + 1))
         continue
       fi
@@ -181,7 +182,7 @@ else
   run_ok=()
   : >"$out/run.log"
   for name in "${run_names[@]}"; do
-    if (($(left) < ${STAGE_MIN:-20})); then
+    if (($(left) < $stage_min)); then
       run_not_started+=("$name")
       continue
     fi
