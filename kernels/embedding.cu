@@ -900,10 +900,12 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   require_bwd_pointers(d_token_table, d_position_table, dy, tokens, shape, config, op);
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
-  const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
+  // Only a learned position table takes a gradient: sinusoidal positions are never computed here, so
+  // nonpad_count indexing needs its pre-pass (and the workspace) for learned positions alone.
+  const bool prepass = learned && config.indexing == PositionIndexing::nonpad_count;
   // Everything is validated before the first CUDA call.
-  if (n > 0 && nonpad) {
-    const std::size_t need = embedding_positions_workspace_bytes(shape, config);
+  if (n > 0 && prepass) {
+    const std::size_t need = embedding_bwd_atomic_workspace_bytes(shape, config);
     require_workspace(workspace, workspace_bytes, need, op);
     require_disjoint(d_token_table, table_bytes<T>(shape.vocab, shape.hidden), workspace, need, op,
                      "d_token_table", "workspace");
@@ -922,15 +924,18 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   }
   if (n == 0) return;
   std::int32_t* positions = nullptr;
-  if (nonpad) {
+  if (prepass) {
     positions = static_cast<std::int32_t*>(workspace);
     run_positions(positions, tokens, shape, config, stream);
   }
+  // Without a position gradient the kernel is the slot-indexed one (its unused position is offset + l).
+  EmbeddingConfig kernel_config = config;
+  if (!learned) kernel_config.indexing = PositionIndexing::slot;
   BwdArgs<T> a = make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, positions,
-                               shape, config);
+                               shape, kernel_config);
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(d_token_table) &&
                   aligned16(a.d_position_table);
-  dispatch_positions(config, [&](auto learned_tag, auto nonpad_tag) {
+  dispatch_positions(kernel_config, [&](auto learned_tag, auto nonpad_tag) {
     embedding_bwd_atomic_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
         <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
   });
@@ -990,11 +995,11 @@ std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const Emb
   return positions + freq;
 }
 
-std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
-  require_embedding_args(shape, config, "embedding_positions_workspace_bytes");
-  return config.indexing == PositionIndexing::nonpad_count
-             ? static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t)
-             : 0;
+std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  require_embedding_args(shape, config, "embedding_bwd_atomic_workspace_bytes");
+  const bool prepass =
+      config.positions == PositionEncoding::learned && config.indexing == PositionIndexing::nonpad_count;
+  return prepass ? static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t) : 0;
 }
 
 std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {

@@ -16,8 +16,9 @@
 // odd H leaves the last column zero; half = 1 has the single frequency 1); learned positions read a
 // [num_positions, H] table that gets a gradient. nonpad_count positions come from a pre-pass (the kernel of
 // launch_embedding_positions: one block per row scans it, 1024 slots a step) into int32 [B·L] caller
-// workspace (embedding_positions_workspace_bytes: B·L·4 bytes, read B·L·4 + written B·L·4 extra traffic);
-// slot indexing needs neither (position = offset + l).
+// workspace (B·L·4 bytes, read B·L·4 + written B·L·4 extra traffic), wherever a position is used: the
+// forward always, the backwards only for learned positions (sinusoidal ones get no gradient, so their
+// backward never computes a position); slot indexing needs neither (position = offset + l).
 //
 // Padding gives an all-zero output row (whatever the table holds and whatever the mask) and sends
 // no gradient. Token ids outside [0, vocab) cannot be checked on the host without a copy: the
@@ -100,9 +101,10 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 // positions the per-column frequencies as two floats (floor(H/2)·8 bytes). Host only.
 std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
 
-// The atomic backward's workspace: B·L·4 bytes (the nonpad_count positions) for nonpad_count
-// indexing, 0 for slot indexing (workspace may then be null). Host only.
-std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
+// The atomic backward's workspace: B·L·4 bytes (the nonpad_count positions) for learned positions with
+// nonpad_count indexing; 0 otherwise (workspace may then be null): slot positions need no pre-pass,
+// and sinusoidal positions receive no gradient. Host only.
+std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
 
 // ---------------------------------------------------------------------------------------------
 // Backward. Both variants OVERWRITE the whole gradient tables (the caller needs not zero them):
@@ -114,7 +116,7 @@ std::size_t embedding_positions_workspace_bytes(const EmbeddingShape& shape, con
 //
 // launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config,
 //                                workspace, workspace_bytes, stream)
-//   (workspace: embedding_positions_workspace_bytes, for nonpad_count positions)
+//   (workspace: embedding_bwd_atomic_workspace_bytes, for learned nonpad_count positions)
 //   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token,
 //   up to 4 dy vectors a lane loaded before the first atomic) atomically adds scale·g into the token row and
 //   g into the position row, in T (float atomics for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs,

@@ -111,7 +111,7 @@ std::vector<TensorLifetime> embedding_layer_lifetimes(const EmbeddingLayerConfig
   const std::size_t fwd = kernels::embedding_fwd_workspace_bytes(shape, k);
   const std::size_t bwd = options.deterministic_backward
                               ? kernels::embedding_bwd_sorted_workspace_bytes(shape, k)
-                              : kernels::embedding_positions_workspace_bytes(shape, k);
+                              : kernels::embedding_bwd_atomic_workspace_bytes(shape, k);
   LifetimeRecorder rec;
   const TensorId f = rec.tensor(options.prefix + "fwd_workspace", fwd);
   const TensorId b = rec.tensor(options.prefix + "bwd_workspace", bwd);

@@ -13,7 +13,8 @@
 // the full gradient tables ((vocab - D_tok)·H·s, likewise for positions) are NOT counted; params
 // record them as "zero_fill_bytes", so a reader can add them. Not counted either (variant costs
 // above the minimum): the sorted backward reads dy once per table (twice with learned positions),
-// its key/sort arrays and chunk partials; the nonpad_count positions pre-pass (B·L·8).
+// its key/sort arrays and chunk partials; the nonpad_count positions pre-pass (B·L·8: the forward,
+// and the backwards of learned positions only).
 //
 // Checks, against reference/embedding.h in double with ref::make_dropout_mask, over >= 50 random
 // shapes per dtype (odd H included, random padding, both encodings and indexings, p ∈ {0, 0.1,
@@ -227,7 +228,7 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
     st->workspace = DeviceBuffer<unsigned char>(kernels::embedding_bwd_sorted_workspace_bytes(shape, config));
     st->positions_ws =
         DeviceBuffer<unsigned char>(std::max(kernels::embedding_fwd_workspace_bytes(shape, config),
-                                             kernels::embedding_positions_workspace_bytes(shape, config)));
+                                             kernels::embedding_bwd_atomic_workspace_bytes(shape, config)));
     // The forward's saved state for the unfused backward: positions and the u8 mask.
     kernels::launch_embedding_positions(st->positions.data(), st->tokens.data(), shape, config, nullptr);
     kernels::launch_dropout_mask_u8(st->mask.data(), n * h, config.dropout, nullptr);
@@ -501,7 +502,7 @@ void check_case(const Case& c, Tallies& t) {
   dy_d.upload(dy);
   const std::size_t ws_bytes = kernels::embedding_bwd_sorted_workspace_bytes(shape, config);
   const std::size_t fwd_ws_bytes = kernels::embedding_fwd_workspace_bytes(shape, config);
-  const std::size_t pos_ws_bytes = kernels::embedding_positions_workspace_bytes(shape, config);
+  const std::size_t pos_ws_bytes = kernels::embedding_bwd_atomic_workspace_bytes(shape, config);
   const auto tok_elems = static_cast<std::size_t>(shape.vocab * h);
   const auto pos_elems = learned ? static_cast<std::size_t>(pos_rows * h) : 0;
 

@@ -175,9 +175,9 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   // also the sinusoid frequencies, floor(H/2) float2 after the positions rounded up to 256 bytes.
   EmbeddingConfig nonpad = c;
   nonpad.indexing = PositionIndexing::nonpad_count;
-  EXPECT_EQ(embedding_positions_workspace_bytes(s, nonpad), 8u * 4u);
-  EXPECT_EQ(embedding_positions_workspace_bytes(s, c), 0u);
-  EXPECT_EQ(embedding_positions_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(s, nonpad), 8u * 4u);
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(s, c), 0u);
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, c), 0u);         // learned, slot
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, nonpad), 256u);  // learned, nonpad_count
   EmbeddingConfig sinus;
@@ -186,6 +186,8 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1001, 10), sinus), 500u * 8u);
   sinus.indexing = PositionIndexing::nonpad_count;
   EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 1280u + 3u * 8u);
+  // The atomic backward computes positions only for a learned table's gradient: none for sinusoids.
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 0u);
   expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 0, nullptr); },
                "embedding_fwd: workspace of 0 bytes, needs 256");
   expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 256, nullptr); },
@@ -199,7 +201,7 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
                "embedding_fwd: workspace of 16 bytes, needs 288");
   expect_error(
       [&] {
-        launch_embedding_bwd_atomic<float>(y, nullptr, fake<float>(10), tokens, s, sinus, nullptr, 0,
+        launch_embedding_bwd_atomic<float>(y, fake<float>(11), fake<float>(10), tokens, s, nonpad, nullptr, 0,
                                            nullptr);
       },
       "embedding_bwd_atomic: workspace of 0 bytes, needs 32");
@@ -217,8 +219,8 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
       "embedding_fwd: output workspace overlaps input position_table");
   expect_error(
       [&] {
-        launch_embedding_bwd_atomic<float>(y, nullptr, fake<float>(10), tokens, s, sinus, fake<float>(10), 32,
-                                           nullptr);
+        launch_embedding_bwd_atomic<float>(y, fake<float>(11), fake<float>(10), tokens, s, nonpad,
+                                           fake<float>(10), 32, nullptr);
       },
       "embedding_bwd_atomic: output workspace overlaps input dy");
 

@@ -152,7 +152,7 @@ TEST(EmbeddingLayerValidation, OneAllocationOfThePlannedBlock) {
         EXPECT_EQ(tensors[layer.memory().id("emb.fwd_workspace")].bytes,
                   kernels::embedding_fwd_workspace_bytes(s, k));
         EXPECT_EQ(tensors[layer.memory().id("emb.bwd_workspace")].bytes,
-                  kernels::embedding_positions_workspace_bytes(s, k));
+                  kernels::embedding_bwd_atomic_workspace_bytes(s, k));
         // Forward and backward never run at once: the two workspaces share bytes.
         EXPECT_EQ(layer.block_bytes(), max_live_bytes(tensors, /*padded=*/true));
         const std::uint64_t blocks = layer.block_bytes() > 0 ? 1u : 0u;
