@@ -80,7 +80,9 @@ int cmd_list(bool as_json, bool quick, std::ostream& out) {
            {"variants", variants},
            // The variant `seqbench dump` writes; null: the experiment does not dump.
            {"dump_variant",
-            e.dump_variant.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.dump_variant)}});
+            e.dump_variant.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.dump_variant)},
+           // Whether `seqbench run` times the variants as CUDA graph replays (suites/gpu_timer.h).
+           {"cuda_graph", e.cuda_graph}});
     }
     doc["suites"].push_back(std::move(suite));
   }

@@ -57,6 +57,10 @@ struct ExperimentSpec {
   // that the timing did not, e.g. the layers suite's parity instance (its shape, dropout 0).
   nlohmann::json dump_params = nlohmann::json::object();
   std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
+  // Time each variant through a CUDA graph (suites/gpu_timer.h, rule 5): for single small ops, whose
+  // host-side launch cost must not decide the result (suites/pytorch graphs torch's the same way).
+  // Layers and optimizers are timed directly: their launch count is part of what they cost.
+  bool cuda_graph = false;
 };
 
 struct SuiteSpec {

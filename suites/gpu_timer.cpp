@@ -1,5 +1,6 @@
 #include "suites/gpu_timer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/nvtx.h"
@@ -47,14 +48,71 @@ std::vector<double> GpuTimer::sample_ms(const std::function<void(cudaStream_t)>&
   SEQBENCH_NVTX_RANGE("timer_sample");
   for (int i = 0; i < policy_.warmup_runs; ++i) work(stream());
   stream_.synchronize();
+  return collect([&] {
+    for (int r = 0; r < policy_.runs_per_sample; ++r) work(stream());
+  });
+}
 
+void GpuTimer::GraphExecDeleter::operator()(cudaGraphExec_t exec) const {
+  cudaGraphExecDestroy(exec);
+}
+
+GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& work, std::string& why) {
+  // First calls (module loading, cuBLASLt and CUB queries, tuners) run outside the capture.
+  for (int i = 0; i < policy_.warmup_runs; ++i) work(stream());
+  stream_.synchronize();
+  // Thread-local mode: a call this thread makes that would be unsafe while capturing (a
+  // synchronization, cudaMalloc, the legacy stream) fails instead of being recorded wrongly.
+  SEQBENCH_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int r = 0; r < policy_.runs_per_sample; ++r) work(stream());
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);  // always ends it
+  // A call refused inside the capture leaves its (non-sticky) error behind: clear it.
+  (void)cudaGetLastError();
+  const auto destroy_graph = [&] {
+    if (graph) cudaGraphDestroy(graph);
+  };
+  if (why.empty() && ended != cudaSuccess)
+    why = std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended) + " (" + cudaGetErrorString(ended) +
+          ")";
+  if (!why.empty()) {
+    destroy_graph();
+    return nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  destroy_graph();  // the executable graph is independent of it
+  SEQBENCH_CUDA_CHECK(instantiated);
+  GraphExec out(exec);
+  SEQBENCH_CUDA_CHECK(cudaGraphUpload(exec, stream()));
+  return out;
+}
+
+TimedSamples GpuTimer::sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph) {
+  if (!cuda_graph) return {sample_ms(work), false, ""};
+  SEQBENCH_NVTX_RANGE("timer_sample_graph");
+  std::string why;
+  const GraphExec exec = capture(work, why);
+  if (!exec) return {sample_ms(work), false, "CUDA graph capture failed (" + why + "); timed without"};
+  // Warm replays: the first launch of an executable graph pays set-up the later ones do not.
+  for (int i = 0; i < std::max(1, policy_.warmup_runs); ++i)
+    SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
+  stream_.synchronize();
+  return {collect([&] { SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream())); }), true, ""};
+}
+
+std::vector<double> GpuTimer::collect(const std::function<void()>& enqueue) {
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(policy_.max_samples));
   const auto begin = std::chrono::steady_clock::now();
   for (int s = 0; s < policy_.max_samples; ++s) {
     flush_l2(static_cast<std::uint32_t>(s));
     start_.record(stream());
-    for (int r = 0; r < policy_.runs_per_sample; ++r) work(stream());
+    enqueue();
     stop_.record(stream());
     stop_.synchronize();
     samples.push_back(static_cast<double>(stop_.elapsed_ms_since(start_)) / policy_.runs_per_sample);

@@ -7,7 +7,13 @@
 //   3. each sample is the time between two CUDA events recorded on the timer's stream around
 //      `runs_per_sample` calls of the work (1 unless the caller batches tiny kernels);
 //   4. sampling stops after `max_samples`, or once `min_samples` are in and `budget_seconds` of
-//      wall time have passed.
+//      wall time have passed;
+//   5. on request (sample(work, true): the operator suite's single small ops, as suites/pytorch
+//      times torch's), the `runs_per_sample` calls are captured once into a CUDA graph after the
+//      warm-up, and each sample replays it: the host's per-launch cost (CUB's and cuBLASLt's queries,
+//      argument checks, launch latency) cannot stretch a few-microsecond kernel sequence then, and
+//      the GPU-side gaps between its kernels are a graph's. Work that cannot be captured (it
+//      synchronizes, allocates, or touches another stream) is timed directly, and the result says why.
 // The result is the raw per-call samples; summarize_samples() turns them into median/p20/p80/CV.
 #pragma once
 
@@ -15,6 +21,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/device_buffer.h"
@@ -34,6 +43,13 @@ struct TimerPolicy {
   void validate() const;  // throws seqbench::Error naming the bad field
 };
 
+// How a work was timed (GpuTimer::sample).
+struct TimedSamples {
+  std::vector<double> ms;   // milliseconds per call, one entry per sample
+  bool cuda_graph = false;  // replays of one captured graph; false: direct launches
+  std::string note;         // why a requested graph was not used; empty otherwise
+};
+
 class GpuTimer {
  public:
   // Allocates the L2 flush buffer once (set-up, not a hot path): L2 size of the current device.
@@ -46,8 +62,23 @@ class GpuTimer {
   // on the given stream and must not synchronize the device.
   std::vector<double> sample_ms(const std::function<void(cudaStream_t)>& work);
 
+  // sample_ms(work), or with cuda_graph the same samples taken from replays of one captured graph
+  // of `runs_per_sample` calls (rule 5 above); a work that cannot be captured falls back to
+  // sample_ms, with the reason in the note. Errors of the work itself still throw.
+  TimedSamples sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph);
+
  private:
+  struct GraphExecDeleter {
+    void operator()(cudaGraphExec_t exec) const;
+  };
+  using GraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
+
   void flush_l2(std::uint32_t sample_index);
+  // The warm-up, then runs_per_sample calls captured and instantiated; null (and `why`) when the
+  // stream could not capture them.
+  GraphExec capture(const std::function<void(cudaStream_t)>& work, std::string& why);
+  // Samples of `enqueue` (one sample's work on stream()), each divided by runs_per_sample.
+  std::vector<double> collect(const std::function<void()>& enqueue);
 
   TimerPolicy policy_;
   Stream stream_;

@@ -380,6 +380,11 @@ void validate_variant(Validator& v, const json& variant, const std::string& p, C
             "must be null because gbps or meta.device.copy_gbps is null, got " + shown_number(pct.number));
   }
 
+  // How it was timed (absent in reports that predate them): replays of a CUDA graph or direct
+  // launches, and why a requested graph was not used.
+  v.get(variant, p, "cuda_graph", Kind::boolean, kOptional);
+  v.get(variant, p, "note", Kind::string, kOptional);
+
   const auto speedup = v.number(variant, p, "speedup", Bound::positive);
   if (is_baseline && speedup && *speedup != 1.0)
     v.add(join(p, "speedup"), "the baseline's own speedup must be 1, got " + shown_number(*speedup));

@@ -174,6 +174,8 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
                                 std::ostream& log, std::vector<CheckResult>& failures) {
   initialize_benchmark_library();
   std::map<std::string, std::vector<double>> samples;
+  std::map<std::string, bool> graphed;       // every repetition replayed a CUDA graph
+  std::map<std::string, std::string> notes;  // the first note the sampler gave
   std::map<std::string, std::string> errors;
   std::vector<std::unique_ptr<ExperimentRun>> runs;
   std::string spec_alternatives;
@@ -192,22 +194,27 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
     spec_alternatives += (spec_alternatives.empty() ? "" : "|") + escape_regex(prefix);
     for (std::size_t v = 0; v < e->variants.size(); ++v) {
       const std::string name = prefix + "/" + e->variants[v].name;
-      benchmark::RegisterBenchmark(name.c_str(),
-                                   [run, v, name, &sample, &samples, &errors](benchmark::State& state) {
-                                     for (auto _ : state) {
-                                       try {
-                                         NvtxDynamicRange range(name);
-                                         const auto ms = sample(run->get().variants[v]);
-                                         samples[name].insert(samples[name].end(), ms.begin(), ms.end());
-                                         state.SetIterationTime(summarize_samples(ms).median * 1e-3);
-                                       } catch (const std::exception& ex) {
-                                         errors[name] = ex.what();
-                                         state.SkipWithError(errors[name].c_str());
-                                         break;
-                                       }
-                                     }
-                                     run->finished_one();
-                                   })
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [run, v, name, &sample, &samples, &graphed, &notes, &errors](benchmark::State& state) {
+            for (auto _ : state) {
+              try {
+                NvtxDynamicRange range(name);
+                const TimedSamples t = sample(run->get().variants[v], run->spec->cuda_graph);
+                const auto& ms = t.ms;
+                samples[name].insert(samples[name].end(), ms.begin(), ms.end());
+                const auto g = graphed.find(name);
+                graphed[name] = t.cuda_graph && (g == graphed.end() || g->second);
+                if (!t.note.empty()) notes.emplace(name, t.note);
+                state.SetIterationTime(summarize_samples(ms).median * 1e-3);
+              } catch (const std::exception& ex) {
+                errors[name] = ex.what();
+                state.SkipWithError(errors[name].c_str());
+                break;
+              }
+            }
+            run->finished_one();
+          })
           ->UseManualTime()
           ->Iterations(1)
           ->Repetitions(repetitions)
@@ -239,8 +246,12 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
     if (runs[i]->notes.is_object()) entry["notes"] = runs[i]->notes;
     nlohmann::json variants = nlohmann::json::array();
     for (const VariantSpec& v : e->variants) {
-      const auto& ms = samples.at(suite.name + "/" + e->name + "/" + v.name);
-      variants.push_back(make_variant(v.name, summarize_samples(ms), v.bytes, v.flops, copy_gbps));
+      const std::string name = suite.name + "/" + e->name + "/" + v.name;
+      nlohmann::json variant =
+          make_variant(v.name, summarize_samples(samples.at(name)), v.bytes, v.flops, copy_gbps);
+      variant["cuda_graph"] = graphed.at(name);
+      if (const auto note = notes.find(name); note != notes.end()) variant["note"] = note->second;
+      variants.push_back(std::move(variant));
     }
     entry["variants"] = std::move(variants);
     finalize_speedups(entry);
@@ -319,7 +330,8 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       SEQBENCH_REQUIRE(gpu, "suite '" << suite->name << "' has timed experiments but no GPU is present");
       std::vector<CheckResult> failures;
       experiments_json = runner_detail::time_experiments(
-          *suite, experiments, [&](const Work& work) { return timer->sample_ms(work); }, copy_gbps,
+          *suite, experiments,
+          [&](const Work& work, bool cuda_graph) { return timer->sample(work, cuda_graph); }, copy_gbps,
           options.repetitions, log, failures);
       for (const CheckResult& f : failures) log << "  FAILED " << f.name << ": " << f.detail << "\n";
       failed += failures.size();

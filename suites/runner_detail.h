@@ -11,12 +11,14 @@
 
 #include "core/check_result.h"
 #include "suites/experiment.h"
+#include "suites/gpu_timer.h"
 
 namespace seqbench::runner_detail {
 
-// Times one call of the work; returns milliseconds per call, one entry per sample
-// (GpuTimer::sample_ms in the runner).
-using Sampler = std::function<std::vector<double>(const Work&)>;
+// Times one call of the work, through a CUDA graph when the experiment asks for one; returns the
+// milliseconds per call, one entry per sample, and how they were taken (GpuTimer::sample in the
+// runner).
+using Sampler = std::function<TimedSamples(const Work&, bool cuda_graph)>;
 
 // Times the selected experiments of one suite through Google Benchmark; returns their report
 // entries. Each experiment is prepared on its first variant's first run and freed after its last
@@ -24,6 +26,8 @@ using Sampler = std::function<std::vector<double>(const Work&)>;
 // prepare or timing throws (an epilogue the device's cuBLASLt lacks, memory) leaves the report and
 // adds a failed check "run/<suite>/<experiment>/<variant>" carrying the error to `failures`, one per
 // failing variant: the other experiments' measurements are kept, and the run still exits non-zero.
+// Each variant records "cuda_graph" (true only when every repetition replayed a graph) and, when the
+// sampler gave one, its first "note" (why a requested graph was not used).
 nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const ExperimentSpec*>& experiments,
                                 const Sampler& sample, std::optional<double> copy_gbps, int repetitions,
                                 std::ostream& log, std::vector<CheckResult>& failures);

@@ -120,18 +120,27 @@ class TorchIndex {
   }
 
   // torch median / this variant's median for each column; nullopt where PyTorch has no match.
-  std::vector<std::optional<double>> speedups(const json& report, const json& experiment, const json& variant,
-                                              const std::vector<std::string>& columns) const {
-    std::vector<std::optional<double>> out(columns.size());
+  // `mixed_timing`: both variants say how they were timed ("cuda_graph"), and differently.
+  struct Ratio {
+    double value = 0.0;
+    bool mixed_timing = false;
+  };
+  std::vector<std::optional<Ratio>> speedups(const json& report, const json& experiment, const json& variant,
+                                             const std::vector<std::string>& columns) const {
+    std::vector<std::optional<Ratio>> out(columns.size());
     if (is_pytorch(report)) return out;
     const auto it =
         experiments_.find(key(report.at("suite").get<std::string>(), device_name(report.at("meta")),
                               experiment.at("name").get<std::string>()));
     if (it == experiments_.end()) return out;
     const double mine = variant.at("median_ms").get<double>();
+    const auto graph = [](const json& v) { return v.contains("cuda_graph") ? v.at("cuda_graph") : json(); };
     for (std::size_t c = 0; c < columns.size(); ++c)
       for (const json& torch : it->second->at("variants"))
-        if (torch.at("name") == columns[c]) out[c] = torch.at("median_ms").get<double>() / mine;
+        if (torch.at("name") == columns[c])
+          out[c] = Ratio{torch.at("median_ms").get<double>() / mine, graph(torch).is_boolean() &&
+                                                                         graph(variant).is_boolean() &&
+                                                                         graph(torch) != graph(variant)};
     return out;
   }
 
@@ -172,7 +181,8 @@ struct Row {
   std::string median, p20, p80;
   Text gbps, pct_copy_bw, tflops;
   std::string speedup;
-  std::vector<Text> vs_torch;  // one per TorchIndex column
+  std::vector<Text> vs_torch;        // one per TorchIndex column
+  std::vector<bool> vs_torch_mixed;  // the two sides timed differently (graph replays against launches)
 };
 
 Row make_row(const json& experiment, const json& variant) {
@@ -186,14 +196,17 @@ Row make_row(const json& experiment, const json& variant) {
              number(variant.at("pct_copy_bw"), [](double x) { return fixed(x, 1); }),
              number(variant.at("tflops"), significant3),
              fixed(variant.at("speedup").get<double>(), 2),
+             {},
              {}};
 }
 
 Row make_row(const TorchIndex& torch, const std::vector<std::string>& columns, const json& report,
              const json& experiment, const json& variant) {
   Row row = make_row(experiment, variant);
-  for (const auto& x : torch.speedups(report, experiment, variant, columns))
-    row.vs_torch.push_back(x ? Text(fixed(*x, 2)) : std::nullopt);
+  for (const auto& x : torch.speedups(report, experiment, variant, columns)) {
+    row.vs_torch.push_back(x ? Text(fixed(x->value, 2)) : std::nullopt);
+    row.vs_torch_mixed.push_back(x && x->mixed_timing);
+  }
   return row;
 }
 
@@ -202,6 +215,17 @@ Row make_row(const TorchIndex& torch, const std::vector<std::string>& columns, c
 // ---------------------------------------------------------------------------------------------
 
 constexpr const char* kDash = "—";
+// After a "vs torch" speedup whose two sides were timed differently; explained under the report.
+constexpr const char* kMixedTiming = "†";
+
+// The Markdown cells of a row's "vs torch" columns.
+std::vector<std::string> md_vs_torch(const Row& row) {
+  std::vector<std::string> cells;
+  for (std::size_t c = 0; c < row.vs_torch.size(); ++c)
+    cells.push_back(row.vs_torch[c] ? *row.vs_torch[c] + "×" + (row.vs_torch_mixed[c] ? kMixedTiming : "")
+                                    : kDash);
+  return cells;
+}
 
 // A pipe would end the cell and a newline the row.
 std::string md(const std::string& text) {
@@ -366,9 +390,10 @@ void md_summary(std::string& out, const json& report, const TorchIndex& torch,
     if (show_best) cells.push_back(best ? md(name_of(*best)) : kDash);
     if (!columns.empty()) {
       // The join is the details' own: the best variant's row, with its "vs torch" cells.
-      const std::vector<Text> vs_torch = best ? make_row(torch, columns, report, *experiment, *best).vs_torch
-                                              : std::vector<Text>(columns.size());
-      for (const Text& x : vs_torch) cells.push_back(x ? *x + "×" : kDash);
+      const std::vector<std::string> vs_torch =
+          best ? md_vs_torch(make_row(torch, columns, report, *experiment, *best))
+               : std::vector<std::string>(columns.size(), kDash);
+      cells.insert(cells.end(), vs_torch.begin(), vs_torch.end());
     }
     md_row(out, cells);
   }
@@ -401,6 +426,7 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
     for (const Family& family : families_of(report)) md_summary(out, report, torch, columns, family);
     out += "### Details\n\n";
   }
+  bool mixed_timing = false;  // some "vs torch" cell compares graph replays with direct launches
   for (const json& experiment : experiments) {
     std::vector<std::string> header = {"experiment", "params",    "variant", "median ms", "p20–p80 ms",
                                        "GB/s",       "% copy BW", "TFLOP/s", "speedup"};
@@ -416,11 +442,19 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
       std::vector<std::string> cells = {md(r.experiment),  md(r.params),        md(r.variant),
                                         r.median,          r.p20 + "–" + r.p80, md(r.gbps),
                                         md(r.pct_copy_bw), md(r.tflops),        r.speedup + "×"};
-      for (const Text& x : r.vs_torch) cells.push_back(x ? *x + "×" : kDash);
+      const std::vector<std::string> vs_torch = md_vs_torch(r);
+      cells.insert(cells.end(), vs_torch.begin(), vs_torch.end());
+      mixed_timing = mixed_timing || std::find(r.vs_torch_mixed.begin(), r.vs_torch_mixed.end(), true) !=
+                                         r.vs_torch_mixed.end();
       md_row(out, cells);
     }
     out += "\n";
   }
+  if (mixed_timing)
+    out +=
+        std::string(kMixedTiming) +
+        " The two sides of this speedup were timed differently: one replayed a CUDA graph, the other "
+        "launched its kernels directly, host-side launch costs included (each variant's `cuda_graph`).\n\n";
 
   // The memory suite's byte accounting (LightSeq2 Fig. 8): naive sum against the planner's block.
   if (const auto accounting = report.find("accounting"); accounting != report.end() && !accounting->empty()) {

@@ -171,6 +171,9 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
       bool dump_listed = e["dump_variant"].is_null();
       for (const auto& v : e["variants"]) dump_listed = dump_listed || v["name"] == e["dump_variant"];
       EXPECT_TRUE(dump_listed) << e.dump();
+      // Graph replays for the operators' single small ops; layers and optimizers directly.
+      ASSERT_TRUE(e["cuda_graph"].is_boolean()) << e.dump();
+      EXPECT_EQ(e["cuda_graph"].get<bool>(), s["name"] == "operators") << s["name"] << ": " << e["name"];
     }
 }
 

@@ -1,6 +1,11 @@
-// GpuTimer on the device: a kernel of known duration is measured as such, and the stop rules hold.
+// GpuTimer on the device: a kernel of known duration is measured as such, directly and as graph
+// replays; the stop rules hold; a graph replays exactly the captured work, and work that cannot be
+// captured is timed directly with the reason.
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "core/device_buffer.h"
 #include "suites/gpu_timer.h"
 #include "suites/sample_stats.h"
 #include "tests/common/gpu_test.h"
@@ -44,6 +49,107 @@ TEST(GpuTimerGpu, TimeBudgetStopsSamplingAfterMinSamples) {
   const auto samples = timer.sample_ms([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(10'000'000); });
   EXPECT_GE(samples.size(), 3u);
   EXPECT_LE(samples.size(), 6u);  // 10 ms each against a 50 ms budget
+}
+
+__global__ void increment_kernel(unsigned* counter) {
+  ++*counter;
+}
+
+TEST(GpuTimerGpu, GraphOfAKernelOfKnownDurationMeasuresIt) {
+  SEQBENCH_REQUIRE_GPU();
+  TimerPolicy policy;
+  policy.min_samples = 5;
+  policy.max_samples = 20;
+  policy.budget_seconds = 10.0;
+  GpuTimer timer(policy);
+  const TimedSamples t = timer.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(2'000'000); }, true);
+  EXPECT_TRUE(t.cuda_graph) << t.note;
+  EXPECT_TRUE(t.note.empty()) << t.note;
+  ASSERT_EQ(t.ms.size(), 20u);
+  const SampleStats stats = summarize_samples(t.ms);
+  EXPECT_GE(stats.median, 1.99);
+  EXPECT_LE(stats.median, 2.2);
+}
+
+TEST(GpuTimerGpu, GraphReplaysExactlyTheCapturedCalls) {
+  SEQBENCH_REQUIRE_GPU();
+  TimerPolicy policy;
+  policy.warmup_runs = 2;
+  policy.runs_per_sample = 3;
+  policy.min_samples = 5;
+  policy.max_samples = 5;
+  GpuTimer timer(policy);
+  DeviceBuffer<unsigned> counter(1);
+  counter.fill_bytes(0);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  unsigned* c = counter.data();
+  const TimedSamples t = timer.sample(
+      [c](cudaStream_t s) {
+        increment_kernel<<<1, 1, 0, s>>>(c);
+        SEQBENCH_CUDA_CHECK_LAUNCH();
+      },
+      true);
+  ASSERT_TRUE(t.cuda_graph) << t.note;
+  ASSERT_EQ(t.ms.size(), 5u);
+  // 2 direct warm-up calls; the capture itself runs nothing; a graph of 3 calls replayed
+  // max(1, warmup_runs) = 2 times warm, then once per sample.
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(counter.copy_to_host().at(0), 2u + 3u * 2u + 3u * 5u);
+  // Direct timing of the same work: warm-up plus runs_per_sample calls per sample.
+  counter.fill_bytes(0);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const TimedSamples d = timer.sample([c](cudaStream_t s) { increment_kernel<<<1, 1, 0, s>>>(c); }, false);
+  EXPECT_FALSE(d.cuda_graph);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(counter.copy_to_host().at(0), 2u + 3u * 5u);
+}
+
+TEST(GpuTimerGpu, WorkThatCannotBeCapturedIsTimedDirectlyWithTheReason) {
+  SEQBENCH_REQUIRE_GPU();
+  TimerPolicy policy;
+  policy.min_samples = 3;
+  policy.max_samples = 3;
+  GpuTimer timer(policy);
+  // A synchronization inside the work: refused while capturing.
+  const TimedSamples sync = timer.sample(
+      [](cudaStream_t s) {
+        spin_kernel<<<1, 1, 0, s>>>(1000);
+        SEQBENCH_CUDA_CHECK(cudaStreamSynchronize(s));
+      },
+      true);
+  EXPECT_FALSE(sync.cuda_graph);
+  EXPECT_NE(sync.note.find("CUDA graph capture failed ("), std::string::npos) << sync.note;
+  EXPECT_NE(sync.note.find("cudaStreamSynchronize"), std::string::npos) << sync.note;
+  EXPECT_EQ(sync.ms.size(), 3u);
+  // Work on the legacy default stream while the (blocking) timer stream captures.
+  const TimedSamples legacy = timer.sample(
+      [](cudaStream_t) {
+        spin_kernel<<<1, 1, 0, nullptr>>>(1000);
+        SEQBENCH_CUDA_CHECK_LAUNCH();
+      },
+      true);
+  EXPECT_FALSE(legacy.cuda_graph);
+  EXPECT_NE(legacy.note.find("CUDA graph capture failed ("), std::string::npos) << legacy.note;
+  // The timer's stream captures again afterwards, and no error was left behind.
+  const TimedSamples ok = timer.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(1000); }, true);
+  EXPECT_TRUE(ok.cuda_graph) << ok.note;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+TEST(GpuTimerGpu, AnErrorOfTheWorkItselfStillThrows) {
+  SEQBENCH_REQUIRE_GPU();
+  TimerPolicy policy;
+  policy.min_samples = 1;
+  policy.max_samples = 1;
+  GpuTimer timer(policy);
+  // Thrown in the direct warm-up, before any capture: not mistaken for a capture failure.
+  EXPECT_THROW(timer.sample([](cudaStream_t) { SEQBENCH_FAIL("the work's own error"); }, true), Error);
+  policy.warmup_runs = 0;  // then it is met in the capture, and again in the direct fallback
+  GpuTimer cold(policy);
+  EXPECT_THROW(cold.sample([](cudaStream_t) { SEQBENCH_FAIL("the work's own error"); }, true), Error);
+  const TimedSamples ok = cold.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(1000); }, true);
+  EXPECT_TRUE(ok.cuda_graph) << ok.note;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The runner's timing loop on the CPU (suites/runner_detail.h): a fake sampler calls the work once
-// and returns fixed times, so that what time_experiments does with experiments that throw (while
-// prepared or timed) is checked without a device: a failed check per failing variant, the
+// and returns fixed times (graphed when asked), so that what time_experiments does with experiments that
+// throw (while prepared or timed) is checked without a device: a failed check per failing variant, the
 // experiment left out of the report, the others kept, every state freed before the next
 // experiment is prepared, and the report still valid against the schema.
 #include <gtest/gtest.h>
@@ -73,10 +73,10 @@ ExperimentSpec experiment(const std::string& name, Liveness& liveness, Fault fau
   return e;
 }
 
-// One call of the work, then three samples (ms).
-std::vector<double> fake_sample(const Work& work) {
+// One call of the work, then three samples (ms), taken the way the experiment asked.
+TimedSamples fake_sample(const Work& work, bool cuda_graph) {
   work(nullptr);
-  return {2.0, 1.0, 3.0};
+  return {{2.0, 1.0, 3.0}, cuda_graph, ""};
 }
 
 struct Outcome {
@@ -86,7 +86,8 @@ struct Outcome {
   std::string log;  // the progress lines
 };
 
-Outcome run(const std::vector<ExperimentSpec>& specs, int repetitions = 1) {
+Outcome run(const std::vector<ExperimentSpec>& specs, int repetitions = 1,
+            const runner_detail::Sampler& sampler = fake_sample) {
   SuiteSpec suite;
   suite.name = "fake";
   suite.experiments = specs;
@@ -94,7 +95,7 @@ Outcome run(const std::vector<ExperimentSpec>& specs, int repetitions = 1) {
   for (const ExperimentSpec& e : suite.experiments) selected.push_back(&e);
   Outcome out;
   std::ostringstream log;
-  out.experiments = time_experiments(suite, selected, fake_sample, 2950.0, repetitions, log, out.failures);
+  out.experiments = time_experiments(suite, selected, sampler, 2950.0, repetitions, log, out.failures);
   out.log = log.str();
   // The report run_suites writes, on a valid report's meta (a device with copy_gbps 2950).
   out.report = testing::valid_report();
@@ -227,6 +228,56 @@ TEST(RunnerTimeExperiments, ProgressLinesGiveEachRunsMedian) {
   EXPECT_NE(o.log.find("[1/2] fake/a/slow: median 2 ms (p20 "), std::string::npos) << o.log;
   EXPECT_NE(o.log.find("[2/2] fake/a/fast: ERROR "), std::string::npos) << o.log;
   EXPECT_EQ(o.log.find("manual_time"), std::string::npos) << o.log;
+}
+
+TEST(RunnerTimeExperiments, EachVariantRecordsHowItWasTimed) {
+  // Experiment "graphed" asks for CUDA graphs; its variant "fast" cannot be captured on its second
+  // repetition (the sampler's fallback then says why): that variant is not reported as graphed.
+  Liveness l;
+  ExperimentSpec direct = experiment("direct", l), graphed = experiment("graphed", l);
+  graphed.cuda_graph = true;
+  auto fast_calls = std::make_shared<int>(0);
+  const auto prepare = graphed.prepare;
+  graphed.prepare = [prepare, fast_calls] {
+    PreparedExperiment p = prepare();
+    p.variants[1] = [fast_calls](cudaStream_t) { ++*fast_calls; };
+    return p;
+  };
+  std::vector<bool> requested;
+  const runner_detail::Sampler sampler = [&](const Work& work, bool cuda_graph) {
+    requested.push_back(cuda_graph);
+    const int before = *fast_calls;
+    work(nullptr);
+    const bool refused = *fast_calls == 2 && before == 1;
+    return TimedSamples{{2.0, 1.0, 3.0}, cuda_graph && !refused, refused ? "capture failed (a sync)" : ""};
+  };
+  const Outcome o = run({direct, graphed}, 2, sampler);
+  EXPECT_TRUE(o.failures.empty());
+  EXPECT_EQ(std::count(requested.begin(), requested.end(), true), 4);   // graphed: 2 variants x 2
+  EXPECT_EQ(std::count(requested.begin(), requested.end(), false), 4);  // direct
+  ASSERT_EQ(o.experiments.size(), 2u);
+  for (const auto& e : o.experiments) {
+    const auto& v = e.at("variants");
+    ASSERT_EQ(v.size(), 2u);
+    if (e.at("name") == "direct") {
+      EXPECT_FALSE(v[0].at("cuda_graph").get<bool>());
+      EXPECT_FALSE(v[1].at("cuda_graph").get<bool>());
+      EXPECT_FALSE(v[0].contains("note"));
+    } else {
+      EXPECT_TRUE(v[0].at("cuda_graph").get<bool>());
+      EXPECT_FALSE(v[0].contains("note"));
+      EXPECT_FALSE(v[1].at("cuda_graph").get<bool>());  // one repetition was direct
+      EXPECT_EQ(v[1].at("note"), "capture failed (a sync)");
+    }
+  }
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+  nlohmann::json bad = o.report;
+  bad["experiments"][0]["variants"][0]["cuda_graph"] = "yes";
+  bad["experiments"][0]["variants"][1]["note"] = 3;
+  const std::vector<std::string> problems = validate_report(bad);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0], "experiments[0].variants[0].cuda_graph: expected boolean, got string");
+  EXPECT_EQ(problems[1], "experiments[0].variants[1].note: expected string, got integer");
 }
 
 TEST(RunnerTimeExperiments, EveryExperimentFailingLeavesAValidReport) {

@@ -272,6 +272,31 @@ TEST(RenderTables, JoinsPytorchReportsIntoSpeedupColumns) {
                "| fused | 0.00620 | 0.00610–0.00630 | 2707 | 91.8 | — | 4.05× | 5.00× | 2.00× | 8.10× |"));
 }
 
+TEST(RenderTables, MarksSpeedupsWhoseTwoSidesWereTimedDifferently) {
+  // seqbench replayed CUDA graphs; torch's eager variant launched directly, its compiled one was
+  // graphed, and its fused one does not say.
+  json mine = valid_report();
+  mine["checks"] = json::array();
+  for (json& v : mine["experiments"][0]["variants"]) v["cuda_graph"] = true;
+  json torch = torch_report();
+  torch["experiments"][0]["variants"][0]["cuda_graph"] = false;
+  torch["experiments"][0]["variants"][1]["cuda_graph"] = true;
+  ASSERT_TRUE(validate_report(mine).empty());
+  ASSERT_TRUE(validate_report(torch).empty());
+  const std::string md = render_tables({mine, torch}, TableFormat::markdown);
+  EXPECT_TRUE(contains(md, "| 91.8 | — | 4.05× | 5.00×† | 2.00× | 8.10× |\n")) << md;  // details
+  EXPECT_TRUE(contains(md, "| 91.8 | 5.00×† | 2.00× | 8.10× |\n")) << md;              // summary
+  EXPECT_TRUE(
+      contains(md, "† The two sides of this speedup were timed differently: one replayed a CUDA graph"))
+      << md;
+  // CSV keeps the numbers alone.
+  EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::csv), "†"));
+  // Timed alike, or not said: no mark and no legend.
+  torch["experiments"][0]["variants"][0]["cuda_graph"] = true;
+  EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::markdown), "†"));
+  EXPECT_FALSE(contains(render_tables({valid_report(), torch_report()}, TableFormat::markdown), "†"));
+}
+
 TEST(RenderTables, PytorchColumnsOnlyWhereTheDeviceAndNameMatch) {
   json other_device = torch_report();
   other_device["meta"]["device"]["name"] = "NVIDIA H200";
