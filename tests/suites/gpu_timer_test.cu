@@ -24,28 +24,35 @@ __global__ void spin_kernel(unsigned long long ns) {
   }
 }
 
+// A policy that takes between min_samples and max_samples samples within budget_seconds.
+TimerPolicy sampling(int min_samples, int max_samples, double budget_seconds = 1.0) {
+  TimerPolicy policy;
+  policy.min_samples = min_samples;
+  policy.max_samples = max_samples;
+  policy.budget_seconds = budget_seconds;
+  return policy;
+}
+
 TEST(GpuTimerGpu, MeasuresAKernelOfKnownDuration) {
   SEQBENCH_REQUIRE_GPU();
-  TimerPolicy policy;
-  policy.min_samples = 5;
-  policy.max_samples = 20;
-  policy.budget_seconds = 10.0;  // the sample count must stop it
-  GpuTimer timer(policy);
-  const auto samples = timer.sample_ms([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(2'000'000); });
-  ASSERT_EQ(samples.size(), 20u);
-  const SampleStats stats = summarize_samples(samples);
-  // 2 ms spin: events add launch latency (microseconds), the globaltimer ticks at ~1 µs.
-  EXPECT_GE(stats.median, 1.99);
-  EXPECT_LE(stats.median, 2.2);
+  GpuTimer timer(sampling(5, 20, 10.0));  // the sample count must stop it
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "CUDA graph replays" : "direct launches");
+    const TimedSamples t =
+        timer.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(2'000'000); }, graph);
+    EXPECT_EQ(t.cuda_graph, graph) << t.note;
+    EXPECT_TRUE(t.note.empty()) << t.note;
+    ASSERT_EQ(t.ms.size(), 20u);
+    const SampleStats stats = summarize_samples(t.ms);
+    // 2 ms spin: events add launch latency (microseconds), the globaltimer ticks at ~1 µs.
+    EXPECT_GE(stats.median, 1.99);
+    EXPECT_LE(stats.median, 2.2);
+  }
 }
 
 TEST(GpuTimerGpu, TimeBudgetStopsSamplingAfterMinSamples) {
   SEQBENCH_REQUIRE_GPU();
-  TimerPolicy policy;
-  policy.min_samples = 3;
-  policy.max_samples = 1000;
-  policy.budget_seconds = 0.05;
-  GpuTimer timer(policy);
+  GpuTimer timer(sampling(3, 1000, 0.05));
   const auto samples = timer.sample_ms([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(10'000'000); });
   EXPECT_GE(samples.size(), 3u);
   EXPECT_LE(samples.size(), 6u);  // 10 ms each against a 50 ms budget
@@ -55,29 +62,11 @@ __global__ void increment_kernel(unsigned* counter) {
   ++*counter;
 }
 
-TEST(GpuTimerGpu, GraphOfAKernelOfKnownDurationMeasuresIt) {
-  SEQBENCH_REQUIRE_GPU();
-  TimerPolicy policy;
-  policy.min_samples = 5;
-  policy.max_samples = 20;
-  policy.budget_seconds = 10.0;
-  GpuTimer timer(policy);
-  const TimedSamples t = timer.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(2'000'000); }, true);
-  EXPECT_TRUE(t.cuda_graph) << t.note;
-  EXPECT_TRUE(t.note.empty()) << t.note;
-  ASSERT_EQ(t.ms.size(), 20u);
-  const SampleStats stats = summarize_samples(t.ms);
-  EXPECT_GE(stats.median, 1.99);
-  EXPECT_LE(stats.median, 2.2);
-}
-
 TEST(GpuTimerGpu, GraphReplaysExactlyTheCapturedCalls) {
   SEQBENCH_REQUIRE_GPU();
-  TimerPolicy policy;
+  TimerPolicy policy = sampling(5, 5);
   policy.warmup_runs = 2;
   policy.runs_per_sample = 3;
-  policy.min_samples = 5;
-  policy.max_samples = 5;
   GpuTimer timer(policy);
   DeviceBuffer<unsigned> counter(1);
   counter.fill_bytes(0);
@@ -106,10 +95,7 @@ TEST(GpuTimerGpu, GraphReplaysExactlyTheCapturedCalls) {
 
 TEST(GpuTimerGpu, WorkThatCannotBeCapturedIsTimedDirectlyWithTheReason) {
   SEQBENCH_REQUIRE_GPU();
-  TimerPolicy policy;
-  policy.min_samples = 3;
-  policy.max_samples = 3;
-  GpuTimer timer(policy);
+  GpuTimer timer(sampling(3, 3));
   // A synchronization inside the work: refused while capturing.
   const TimedSamples sync = timer.sample(
       [](cudaStream_t s) {
@@ -139,9 +125,7 @@ TEST(GpuTimerGpu, WorkThatCannotBeCapturedIsTimedDirectlyWithTheReason) {
 
 TEST(GpuTimerGpu, AnErrorOfTheWorkItselfStillThrows) {
   SEQBENCH_REQUIRE_GPU();
-  TimerPolicy policy;
-  policy.min_samples = 1;
-  policy.max_samples = 1;
+  TimerPolicy policy = sampling(1, 1);
   GpuTimer timer(policy);
   // Thrown in the direct warm-up, before any capture: not mistaken for a capture failure.
   EXPECT_THROW(timer.sample([](cudaStream_t) { SEQBENCH_FAIL("the work's own error"); }, true), Error);
