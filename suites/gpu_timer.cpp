@@ -57,38 +57,57 @@ void GpuTimer::GraphExecDeleter::operator()(cudaGraphExec_t exec) const {
   cudaGraphExecDestroy(exec);
 }
 
+namespace {
+std::string cuda_error_text(const char* what, cudaError_t status) {
+  return std::string(what) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
+}
+}  // namespace
+
 GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& work, std::string& why) {
-  // First calls (module loading, cuBLASLt and CUB queries, tuners) run outside the capture.
-  for (int i = 0; i < policy_.warmup_runs; ++i) work(stream());
+  // First calls (module loading, cuBLASLt and CUB queries, tuners) run outside the capture: at
+  // least one, whatever the policy's warm-up.
+  for (int i = 0; i < std::max(1, policy_.warmup_runs); ++i) work(stream());
   stream_.synchronize();
+  // An error the work left unchecked is the work's, not the capture's.
+  SEQBENCH_CUDA_CHECK(cudaGetLastError());
   // Thread-local mode: a call this thread makes that would be unsafe while capturing (a
   // synchronization, cudaMalloc, the legacy stream) fails instead of being recorded wrongly.
   SEQBENCH_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  bool threw = false;
   try {
     for (int r = 0; r < policy_.runs_per_sample; ++r) work(stream());
   } catch (const std::exception& e) {
+    threw = true;
     why = e.what();
+  } catch (...) {
+    threw = true;
   }
+  if (threw && why.empty()) why = "the work threw while it was being captured";
   cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);  // always ends it
-  // A call refused inside the capture leaves its (non-sticky) error behind: clear it.
-  (void)cudaGetLastError();
-  const auto destroy_graph = [&] {
-    if (graph) cudaGraphDestroy(graph);
-  };
-  if (why.empty() && ended != cudaSuccess)
-    why = std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended) + " (" + cudaGetErrorString(ended) +
-          ")";
-  if (!why.empty()) {
-    destroy_graph();
-    return nullptr;
-  }
+  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);  // reached on every path
+  // A call refused inside the capture leaves its (non-sticky) error behind. Unchecked by the work,
+  // it would also mean a graph without that call: a failure either way, never a smaller graph timed.
+  const cudaError_t last = cudaGetLastError();
+  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> owned(graph,
+                                                                                          &cudaGraphDestroy);
+  if (!threw && ended != cudaSuccess) why = cuda_error_text("cudaStreamEndCapture", ended);
+  if (!threw && ended == cudaSuccess && last != cudaSuccess)
+    why = cuda_error_text("an error left pending inside the capture", last);
+  if (!why.empty()) return nullptr;
   cudaGraphExec_t exec = nullptr;
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  destroy_graph();  // the executable graph is independent of it
-  SEQBENCH_CUDA_CHECK(instantiated);
+  if (instantiated != cudaSuccess) {
+    (void)cudaGetLastError();
+    why = cuda_error_text("cudaGraphInstantiate", instantiated);
+    return nullptr;
+  }
   GraphExec out(exec);
-  SEQBENCH_CUDA_CHECK(cudaGraphUpload(exec, stream()));
+  const cudaError_t uploaded = cudaGraphUpload(exec, stream());
+  if (uploaded != cudaSuccess) {
+    (void)cudaGetLastError();
+    why = cuda_error_text("cudaGraphUpload", uploaded);
+    return nullptr;
+  }
   return out;
 }
 
@@ -115,6 +134,8 @@ std::vector<double> GpuTimer::collect(const std::function<void()>& enqueue) {
     enqueue();
     stop_.record(stream());
     stop_.synchronize();
+    // A launch error the work left unchecked fails it here, rather than timing less work.
+    SEQBENCH_CUDA_CHECK(cudaGetLastError());
     samples.push_back(static_cast<double>(stop_.elapsed_ms_since(start_)) / policy_.runs_per_sample);
 
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();

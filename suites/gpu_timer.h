@@ -13,7 +13,10 @@
 //      warm-up, and each sample replays it: the host's per-launch cost (CUB's and cuBLASLt's queries,
 //      argument checks, launch latency) cannot stretch a few-microsecond kernel sequence then, and
 //      the GPU-side gaps between its kernels are a graph's. Work that cannot be captured (it
-//      synchronizes, allocates, or touches another stream) is timed directly, and the result says why.
+//      synchronizes, allocates, or uses the legacy default stream) is timed directly, and the
+//      result says why. Work must enqueue on the stream it is given: a kernel sent to another,
+//      non-legacy stream would run once during the capture and be missing from the graph.
+// A launch error the work leaves unchecked fails the sampling (seqbench::Error), in both modes.
 // The result is the raw per-call samples; summarize_samples() turns them into median/p20/p80/CV.
 #pragma once
 
@@ -63,8 +66,9 @@ class GpuTimer {
   std::vector<double> sample_ms(const std::function<void(cudaStream_t)>& work);
 
   // sample_ms(work), or with cuda_graph the same samples taken from replays of one captured graph
-  // of `runs_per_sample` calls (rule 5 above); a work that cannot be captured falls back to
-  // sample_ms, with the reason in the note. Errors of the work itself still throw.
+  // of `runs_per_sample` calls (rule 5 above), after max(1, warmup_runs) direct calls; a work that
+  // cannot be captured, or whose graph cannot be instantiated, falls back to sample_ms, with the
+  // reason in the note. Errors of the work itself still throw.
   TimedSamples sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph);
 
  private:

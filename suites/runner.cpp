@@ -174,8 +174,8 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
                                 std::ostream& log, std::vector<CheckResult>& failures) {
   initialize_benchmark_library();
   std::map<std::string, std::vector<double>> samples;
-  std::map<std::string, bool> graphed;       // every repetition replayed a CUDA graph
-  std::map<std::string, std::string> notes;  // the first note the sampler gave
+  std::map<std::string, std::pair<int, int>> graphed;  // repetitions that replayed a CUDA graph, of all
+  std::map<std::string, std::string> notes;            // the first note the sampler gave
   std::map<std::string, std::string> errors;
   std::vector<std::unique_ptr<ExperimentRun>> runs;
   std::string spec_alternatives;
@@ -203,8 +203,9 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
                 const TimedSamples t = sample(run->get().variants[v], run->spec->cuda_graph);
                 const auto& ms = t.ms;
                 samples[name].insert(samples[name].end(), ms.begin(), ms.end());
-                const auto g = graphed.find(name);
-                graphed[name] = t.cuda_graph && (g == graphed.end() || g->second);
+                auto& [graph_runs, runs] = graphed[name];
+                graph_runs += t.cuda_graph ? 1 : 0;
+                ++runs;
                 if (!t.note.empty()) notes.emplace(name, t.note);
                 state.SetIterationTime(summarize_samples(ms).median * 1e-3);
               } catch (const std::exception& ex) {
@@ -249,8 +250,13 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
       const std::string name = suite.name + "/" + e->name + "/" + v.name;
       nlohmann::json variant =
           make_variant(v.name, summarize_samples(samples.at(name)), v.bytes, v.flops, copy_gbps);
-      variant["cuda_graph"] = graphed.at(name);
-      if (const auto note = notes.find(name); note != notes.end()) variant["note"] = note->second;
+      const auto [graph_runs, runs] = graphed.at(name);
+      variant["cuda_graph"] = graph_runs == runs;
+      std::string note = notes.count(name) > 0 ? notes.at(name) : "";
+      if (graph_runs > 0 && graph_runs < runs)
+        note += (note.empty() ? "" : "; ") + std::to_string(graph_runs) + " of " + std::to_string(runs) +
+                " repetitions replayed a CUDA graph, the others launched directly; their samples are pooled";
+      if (!note.empty()) variant["note"] = note;
       variants.push_back(std::move(variant));
     }
     entry["variants"] = std::move(variants);

@@ -27,7 +27,8 @@ using Sampler = std::function<TimedSamples(const Work&, bool cuda_graph)>;
 // adds a failed check "run/<suite>/<experiment>/<variant>" carrying the error to `failures`, one per
 // failing variant: the other experiments' measurements are kept, and the run still exits non-zero.
 // Each variant records "cuda_graph" (true only when every repetition replayed a graph) and, when the
-// sampler gave one, its first "note" (why a requested graph was not used).
+// sampler gave one, its first "note" (why a requested graph was not used), to which a variant whose
+// repetitions were timed both ways adds how many replayed a graph (their samples are pooled).
 nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const ExperimentSpec*>& experiments,
                                 const Sampler& sample, std::optional<double> copy_gbps, int repetitions,
                                 std::ostream& log, std::vector<CheckResult>& failures);

@@ -119,8 +119,30 @@ TEST(GpuTimerGpu, WorkThatCannotBeCapturedIsTimedDirectlyWithTheReason) {
   // The timer's stream captures again afterwards, and no error was left behind.
   const TimedSamples ok = timer.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(1000); }, true);
   EXPECT_TRUE(ok.cuda_graph) << ok.note;
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// 2048 threads a block: more than any GPU allows, so the launch fails with
+// cudaErrorInvalidConfiguration, which this work does not check.
+void unchecked_bad_launch(cudaStream_t s) {
+  spin_kernel<<<1, 2048, 0, s>>>(1000);
+}
+
+TEST(GpuTimerGpu, AnUncheckedLaunchErrorFailsTheSamplingInBothModes) {
+  SEQBENCH_REQUIRE_GPU();
+  GpuTimer timer(sampling(3, 3));
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "CUDA graph requested" : "direct launches");
+    try {
+      (void)timer.sample(unchecked_bad_launch, graph);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cudaErrorInvalidConfiguration"), std::string::npos) << e.what();
+    }
+    // Nothing is left pending for the next work.
+    const TimedSamples ok = timer.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(1000); }, graph);
+    EXPECT_EQ(ok.cuda_graph, graph) << ok.note;
+  }
 }
 
 TEST(GpuTimerGpu, AnErrorOfTheWorkItselfStillThrows) {
@@ -129,7 +151,7 @@ TEST(GpuTimerGpu, AnErrorOfTheWorkItselfStillThrows) {
   GpuTimer timer(policy);
   // Thrown in the direct warm-up, before any capture: not mistaken for a capture failure.
   EXPECT_THROW(timer.sample([](cudaStream_t) { SEQBENCH_FAIL("the work's own error"); }, true), Error);
-  policy.warmup_runs = 0;  // then it is met in the capture, and again in the direct fallback
+  policy.warmup_runs = 0;  // the graph path still makes one direct call first
   GpuTimer cold(policy);
   EXPECT_THROW(cold.sample([](cudaStream_t) { SEQBENCH_FAIL("the work's own error"); }, true), Error);
   const TimedSamples ok = cold.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(1000); }, true);
