@@ -47,8 +47,11 @@ def graphed(torch, fn, warmup=3):
     """`fn` captured once into a CUDA graph; returns (replay, keep) where replay() enqueues the graph
     on the current stream and `keep` holds the outputs of the capture (their memory is the graph's).
     Warm-up on a side stream first, as torch.cuda.graphs requires (and so that torch.compile has
-    compiled and autotuned before the capture)."""
-    side = torch.cuda.Stream()
+    compiled and autotuned before the capture). A work whose kernels autograd places on a stream of
+    its own (`fn.capture_stream`: the stream its forward ran on, see autograd_variants) is warmed up
+    and captured on that stream, since autograd runs each backward kernel on its forward's stream.
+    Before returning, one replay must rewrite every output (check_replay_writes_outputs)."""
+    side = getattr(fn, "capture_stream", None) or torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
@@ -56,10 +59,54 @@ def graphed(torch, fn, warmup=3):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         keep = fn()
     torch.cuda.synchronize()
+    check_replay_writes_outputs(torch, graph.replay, keep)
     return graph.replay, (graph, keep)
+
+
+class GraphIncomplete(Exception):
+    """A replay of a captured graph left outputs unwritten: part of the work ran outside it."""
+
+
+def floating_tensors(torch, value):
+    """The non-empty floating-point tensors in `value` (a tensor, or tuples, lists and dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() and value.numel() > 0 else []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in floating_tensors(torch, v)]
+    return []
+
+
+def check_replay_writes_outputs(torch, replay, outputs):
+    """Raises GraphIncomplete when one `replay()` does not rewrite every element of the floating-point
+    `outputs` of the capture. Work enqueued during the capture on a stream the capture does not follow
+    runs once, eagerly, and is missing from the graph; its outputs then look right after the capture
+    but a replay never touches them, and the graph would be timed doing less work than a call. So:
+    each output is poisoned with NaN, the graph replayed once, and any element still NaN (that was not
+    NaN after the capture) is an element the graph does not write. The outputs' values from the
+    capture are put back afterwards, in case one of them is memory the work also reads."""
+    tensors = floating_tensors(torch, outputs)
+    if not tensors:
+        return
+    captured = [t.clone() for t in tensors]
+    for t in tensors:
+        t.fill_(float("nan"))
+    replay()
+    torch.cuda.synchronize()
+    unwritten = []
+    for i, (t, before) in enumerate(zip(tensors, captured)):
+        missing = int((torch.isnan(t) & ~torch.isnan(before)).sum().item())
+        if missing:
+            unwritten.append(f"output {i}: {missing} of {t.numel()} elements")
+        t.copy_(before)
+    torch.cuda.synchronize()
+    if unwritten:
+        raise GraphIncomplete("a replay of the captured graph left outputs unwritten (" + "; ".join(unwritten) +
+                              "): part of the work ran outside the capture")
 
 
 def measure_copy_gbps(torch, timer, nbytes):

@@ -89,18 +89,28 @@ def autograd_variants(torch, forward, args, wrt):
     """Backward as autograd runs it, for families whose backward has no single aten op: the forward
     (eager, or compiled) runs once here, outside the timing, with `args[i]` for i in `wrt` requiring
     grad; each work() is then torch.autograd.grad(out, those args, dout, retain_graph=True), i.e. the
-    eager backward kernels or the compiled (AOTAutograd) backward graph."""
+    eager backward kernels or the compiled (AOTAutograd) backward graph.
+    Autograd runs each backward kernel on the stream its forward ran on, so the forward runs on a
+    stream of its own, named by each work's `capture_stream`: a CUDA graph is captured on that stream
+    (timing.graphed), where the backward's kernels land; direct timing on another stream still
+    brackets them, autograd ordering the backward after the caller's stream and the caller's stream
+    after the backward."""
     leaves = [a.detach().requires_grad_(True) if i in wrt else a for i, a in enumerate(args)]
     inputs = [leaves[i] for i in wrt]
     compiled = torch.compile(forward, dynamic=False, fullgraph=True)
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()  # the inputs were made on the default stream
     works = {}
     for name, fn in ((EAGER, forward), (COMPILE, compiled)):
-        out = fn(*leaves)
-        dout = torch.randn_like(out, dtype=torch.float32).to(out.dtype) if out.is_floating_point() else None
+        with torch.cuda.stream(stream):
+            out = fn(*leaves)
+            dout = torch.randn_like(out, dtype=torch.float32).to(out.dtype) if out.is_floating_point() else None
+        torch.cuda.synchronize()
 
         def work(out=out, dout=dout):
             return torch.autograd.grad(out, inputs, dout, retain_graph=True)
 
+        work.capture_stream = stream
         works[name] = work
     return works
 

@@ -13,7 +13,7 @@ forward:  F.cross_entropy(logits [N, V], targets, label_smoothing=a, ignore_inde
 backward: autograd of that loss with respect to the logits.
 """
 from ..errors import Unmapped
-from .common import Plan, EAGER, COMPILE, autograd_variants, dtype_name, is_backward, need, operator_variants, positive_int, randn, torch_dtype
+from .common import autograd_variants, dtype_name, is_backward, need, operator_plan, operator_variants, positive_int, randn, torch_dtype
 
 PREFIX = "cross_entropy"
 
@@ -58,6 +58,5 @@ def plan(experiment):
             return operator_variants(torch, forward, (logits, targets))
         return autograd_variants(torch, forward, (logits, targets), wrt=(0,))
 
-    # Autograd runs each backward kernel on its forward's stream, which a graph capture on another
-    # stream cannot take: the autograd-based backward is timed without a CUDA graph.
-    return Plan((EAGER, COMPILE), not backward, build, note="autograd backward, no CUDA graph" if backward else "")
+    # The autograd-based backward is captured on its forward's stream (common.autograd_variants).
+    return operator_plan(build)

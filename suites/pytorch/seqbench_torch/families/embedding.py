@@ -13,7 +13,7 @@ backward: autograd with respect to E (and the learned position table).
 import math
 
 from ..errors import Unmapped
-from .common import Plan, EAGER, COMPILE, autograd_variants, dropout_p, dtype_name, is_backward, need, operator_variants, positive_int, randn, torch_dtype
+from .common import autograd_variants, dropout_p, dtype_name, is_backward, need, operator_plan, operator_variants, positive_int, randn, torch_dtype
 
 PREFIX = "embedding"
 PADDING_IDX = 1  # suites/operators/embedding.cu's config.padding_idx
@@ -70,6 +70,5 @@ def plan(experiment):
             return operator_variants(torch, forward, (table, ids, pos_table))
         return autograd_variants(torch, forward, (table, ids, pos_table), wrt=(0, 2) if learned else (0,))
 
-    # Autograd runs each backward kernel on its forward's stream, which a graph capture on another
-    # stream cannot take: the autograd-based backward is timed without a CUDA graph.
-    return Plan((EAGER, COMPILE), not backward, build, note="autograd backward, no CUDA graph" if backward else "")
+    # The autograd-based backward is captured on its forward's stream (common.autograd_variants).
+    return operator_plan(build)

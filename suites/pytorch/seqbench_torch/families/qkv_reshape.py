@@ -9,7 +9,7 @@ qkv_split_bwd: autograd of that with respect to x and bias (a transposing copy a
 merge_heads:   [B, N, L, d] -> [B·L, H]: x.permute(0, 2, 1, 3).reshape(B·L, H) (a transposing copy).
 """
 from ..errors import Unmapped
-from .common import Plan, EAGER, COMPILE, autograd_variants, dtype_name, need, operator_variants, positive_int, randn, torch_dtype
+from .common import autograd_variants, dtype_name, need, operator_plan, operator_variants, positive_int, randn, torch_dtype
 
 PREFIXES = ("qkv_split", "merge_heads")
 
@@ -46,7 +46,5 @@ def plan(experiment):
             return operator_variants(torch, split, (x, bias))
         return autograd_variants(torch, split, (x, bias), wrt=(0, 1))
 
-    backward = kind == "qkv_split_bwd"
-    # Autograd runs each backward kernel on its forward's stream, which a graph capture on another
-    # stream cannot take: the autograd-based backward is timed without a CUDA graph.
-    return Plan((EAGER, COMPILE), not backward, build, note="autograd backward, no CUDA graph" if backward else "")
+    # The autograd-based backward is captured on its forward's stream (common.autograd_variants).
+    return operator_plan(build)

@@ -1,0 +1,176 @@
+"""The CUDA-graph helpers of seqbench_torch/timing.py on a stand-in torch (no torch or GPU needed):
+a capture goes on the stream autograd will use, and a graph whose replay leaves an output unwritten
+is refused rather than timed doing less work than a call."""
+import math
+import unittest
+
+from tests import support  # noqa: F401  (puts the runner on sys.path)
+from seqbench_torch.timing import GraphIncomplete, check_replay_writes_outputs, graphed
+
+
+class FakeTensor:
+    """A flat list of Python numbers with the few tensor methods the helpers use."""
+
+    def __init__(self, values, floating=True):
+        self.values = list(values)
+        self.floating = floating
+
+    def is_floating_point(self):
+        return self.floating
+
+    def numel(self):
+        return len(self.values)
+
+    def clone(self):
+        return FakeTensor(self.values, self.floating)
+
+    def fill_(self, v):
+        self.values = [v] * len(self.values)
+        return self
+
+    def copy_(self, other):
+        self.values = list(other.values)
+        return self
+
+    def __and__(self, other):
+        return FakeTensor([a and b for a, b in zip(self.values, other.values)], False)
+
+    def __invert__(self):
+        return FakeTensor([not a for a in self.values], False)
+
+    def sum(self):
+        return FakeTensor([sum(self.values)], False)
+
+    def item(self):
+        return self.values[0]
+
+
+class FakeStream:
+    def __init__(self, name):
+        self.name = name
+
+    def wait_stream(self, other):
+        pass
+
+
+class FakeTorch:
+    """torch.Tensor, torch.isnan and the torch.cuda calls graphed() makes; it records which stream
+    each call of the work ran on and which stream the capture used."""
+
+    Tensor = FakeTensor
+
+    def __init__(self, replay):
+        fake = self
+        self.current = FakeStream("default")
+        self.made = 0
+        self.captured_on = None
+        self.replay = replay
+
+        class Cuda:
+            @staticmethod
+            def Stream():
+                fake.made += 1
+                return FakeStream(f"side{fake.made}")
+
+            @staticmethod
+            def current_stream():
+                return fake.current
+
+            @staticmethod
+            def synchronize():
+                pass
+
+            class stream:
+                def __init__(self, s):
+                    self.s = s
+
+                def __enter__(self):
+                    self.before, fake.current = fake.current, self.s
+
+                def __exit__(self, *exc):
+                    fake.current = self.before
+
+            class CUDAGraph:
+                def replay(self):
+                    fake.replay()
+
+            class graph:
+                def __init__(self, g, stream=None):
+                    self.s = stream or FakeStream("torch's default capture stream")
+
+                def __enter__(self):
+                    fake.captured_on = self.s.name
+                    self.before, fake.current = fake.current, self.s
+
+                def __exit__(self, *exc):
+                    fake.current = self.before
+
+        self.cuda = Cuda
+
+    @staticmethod
+    def isnan(t):
+        return FakeTensor([isinstance(v, float) and math.isnan(v) for v in t.values], False)
+
+
+class ReplayRewritesOutputs(unittest.TestCase):
+    def test_a_replay_that_writes_every_output_passes_and_the_values_stay(self):
+        a, b = FakeTensor([1.0, 2.0, 3.0]), FakeTensor([4.0])
+        ids = FakeTensor([7, 8], floating=False)  # not floating: cannot hold the poison, not checked
+
+        def replay():
+            a.values, b.values = [1.0, 2.0, 3.0], [4.0]
+
+        check_replay_writes_outputs(FakeTorch(replay), replay, (a, [b, ids], {"none": None}))
+        self.assertEqual(a.values, [1.0, 2.0, 3.0])
+        self.assertEqual(ids.values, [7, 8])
+
+    def test_an_output_the_replay_leaves_alone_is_refused_with_its_count(self):
+        a, b = FakeTensor([1.0, 2.0]), FakeTensor([3.0, 4.0, 5.0])
+
+        def replay():  # the graph writes a, and only b's first element
+            a.values = [1.0, 2.0]
+            b.values[0] = 3.0
+
+        with self.assertRaisesRegex(GraphIncomplete, r"output 1: 2 of 3 elements"):
+            check_replay_writes_outputs(FakeTorch(replay), replay, (a, b))
+        self.assertEqual(b.values, [3.0, 4.0, 5.0])  # the capture's values are put back
+
+    def test_a_nan_the_work_itself_produced_is_not_counted_as_unwritten(self):
+        a = FakeTensor([float("nan"), 1.0])
+
+        def replay():
+            a.values = [float("nan"), 1.0]
+
+        check_replay_writes_outputs(FakeTorch(replay), replay, a)
+
+
+class CaptureStream(unittest.TestCase):
+    def run_graphed(self, fn):
+        out = FakeTensor([0.0])
+        calls = []
+
+        def work():
+            calls.append(torch.current.name)
+            out.values = [1.0]
+            return out
+
+        if fn is not None:
+            work.capture_stream = fn
+        torch = FakeTorch(lambda: work())
+        replay, keep = graphed(torch, work, warmup=2)
+        replay()
+        return torch, calls
+
+    def test_an_autograd_work_is_warmed_up_and_captured_on_its_forwards_stream(self):
+        torch, calls = self.run_graphed(FakeStream("forward's"))
+        self.assertEqual(torch.captured_on, "forward's")
+        self.assertEqual(calls[:3], ["forward's"] * 3)  # two warm-ups and the capture
+
+    def test_other_work_is_captured_on_a_side_stream_of_its_own(self):
+        torch, calls = self.run_graphed(None)
+        self.assertEqual(torch.captured_on, "side1")
+        self.assertEqual(calls[:3], ["side1"] * 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
