@@ -85,8 +85,46 @@ timeout 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,tempe
   >"$out/nvidia-smi.txt" 2>&1
 
 build=build/gpu
+bin=$build/suites/seqbench
+# A run-only call (TARGETS=seqbench) may skip its build: tools/prebuild.sh builds `seqbench` on a
+# machine without a GPU, with this script's own build stage, into .prebuilt/ (carry it). It is used
+# only when it was built from these very sources (tools/source_hash.sh), for this architecture, and
+# runs here and sees the device; otherwise the call builds as usual and the summary says why. It is
+# run through .prebuilt/run-seqbench, never copied into build/gpu, so ninja cannot take it for its own.
+prebuilt=.prebuilt
+use_prebuilt() {
+  if [ ! -x "$prebuilt/seqbench" ]; then
+    pre_why="none carried"
+  elif [ "${TARGETS:-}" != seqbench ]; then
+    pre_why="not used: this call builds ${TARGETS:-every target}, not just seqbench"
+  elif [ "$(cat "$prebuilt/SOURCE_HASH" 2>/dev/null)" != "$(tools/source_hash.sh)" ]; then
+    pre_why="stale: built from other sources than these"
+  elif [ "$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null)" != "${CUDA_ARCH:-90}" ]; then
+    pre_why="built for sm_$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null), this call wants sm_${CUDA_ARCH:-90}"
+  elif ! info=$(timeout 60 "$prebuilt/run-seqbench" info --json 2>"$out/prebuilt-probe.log"); then
+    pre_why="does not run here: $(grep -m1 . "$out/prebuilt-probe.log" || echo "no message")"
+  elif ! printf '%s' "$info" |
+       python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["device"] else 1)' 2>/dev/null; then
+    pre_why="runs here but sees no device"
+  else
+    pre_why="prebuilt by tools/prebuild.sh ($(cat "$prebuilt/BUILT" 2>/dev/null | head -n 1))"
+    return 0
+  fi
+  return 1
+}
+prebuilt_used=false
+if want build; then
+  if use_prebuilt; then
+    prebuilt_used=true
+  elif [ -x "$prebuilt/seqbench" ]; then
+    step prebuilt "$pre_why"
+  fi
+fi
 if ! want build; then
   step build "$why"
+elif $prebuilt_used; then
+  bin=$PWD/$prebuilt/run-seqbench
+  step build "$pre_why"
 elif ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
      -DSEQBENCH_PTXAS_VERBOSE=ON >"$out/configure.log" 2>&1; then
   step configure FAILED; tail -n 40 "$out/configure.log"; printf '%s\n' "${summary[@]}"; exit 1
@@ -100,7 +138,7 @@ else
   step build "FAILED ($(grep -c '^FAILED: ' "$out/build.log") target(s), see build.log; continuing)"
   grep -A 12 '^FAILED: ' "$out/build.log" | head -n 60
 fi
-if [ ! -x "$build"/suites/seqbench ]; then
+if [ ! -x "$bin" ]; then
   step seqbench "NOT BUILT: run, dump, torch and tables are skipped"
 fi
 [ -f "$out/build.log" ] &&
@@ -129,24 +167,24 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
   san_failed=()
   san_skipped=0
   san_start=$SECONDS
-  for bin in "$build"/tests/*/*gpu*_test "$build"/tests/kernels/*_test "$build"/tests/layers/*_test; do
-    [ -x "$bin" ] || continue
-    case "$bin" in *_validation_test) continue ;; esac  # CPU-only: nothing to sanitize
+  for test_bin in "$build"/tests/*/*gpu*_test "$build"/tests/kernels/*_test "$build"/tests/layers/*_test; do
+    [ -x "$test_bin" ] || continue
+    case "$test_bin" in *_validation_test) continue ;; esac  # CPU-only: nothing to sanitize
     for tool in memcheck racecheck; do
       if ((SECONDS - san_start >= ${SANITIZE_BUDGET:-300} || $(left) < $stage_min)); then
         san_skipped=$((san_skipped + 1))
         continue
       fi
-      echo "== $tool $(basename "$bin")" >>"$out/sanitizer.log"
+      echo "== $tool $(basename "$test_bin")" >>"$out/sanitizer.log"
       san_limit=${SANITIZE_TIMEOUT:-120}
       ((san_limit > $(left))) && san_limit=$(left)
-      timeout "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" \
+      timeout "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" \
         >>"$out/sanitizer.log" 2>&1
       rc=$?
       if [ "$rc" -eq 124 ]; then
-        san_failed+=("$tool $(basename "$bin") timed out")
+        san_failed+=("$tool $(basename "$test_bin") timed out")
       elif [ "$rc" -ne 0 ]; then
-        san_failed+=("$tool $(basename "$bin") rc=$rc")
+        san_failed+=("$tool $(basename "$test_bin") rc=$rc")
       fi
     done
   done
@@ -158,23 +196,23 @@ else
   step compute-sanitizer "not installed"
 fi
 
-slug=$("$build"/suites/seqbench info --json 2>/dev/null | python3 -c 'import json,re,sys
+slug=$("$bin" info --json 2>/dev/null | python3 -c 'import json,re,sys
 d=json.load(sys.stdin)["device"]
 print(re.sub(r"[^a-z0-9]+","-",d["name"].lower()).strip("-") if d else "cpu")' 2>/dev/null)
 if [ "$slug" = cpu ]; then
-  step device "NONE VISIBLE to seqbench: $("$build"/suites/seqbench info 2>&1 | grep '^device:')"
+  step device "NONE VISIBLE to seqbench: $("$bin" info 2>&1 | grep '^device:')"
 fi
 dir=reports/${slug:-unknown-device}
 if ! want run; then
   step "seqbench run" "$why"
-elif [ ! -x "$build"/suites/seqbench ]; then
+elif [ ! -x "$bin" ]; then
   step "seqbench run" "skipped (not built)"
 else
   # One process per suite (all of them unless named): a sticky CUDA error ends only its own suite.
   run_names=()
   for ((i = 1; i < ${#suites[@]}; i += 2)); do run_names+=("${suites[$i]}"); done
   if [ ${#run_names[@]} -eq 0 ]; then
-    mapfile -t run_names < <("$build"/suites/seqbench list --json |
+    mapfile -t run_names < <("$bin" list --json |
       python3 -c 'import json,sys; print("\n".join(s["name"] for s in json.load(sys.stdin)["suites"]))')
   fi
   run_failed=()
@@ -186,7 +224,7 @@ else
       run_not_started+=("$name")
       continue
     fi
-    timeout "$(left)" "$build"/suites/seqbench run "${quick[@]}" --suite "$name" --out "$dir" 2>&1 |
+    timeout "$(left)" "$bin" run "${quick[@]}" --suite "$name" --out "$dir" 2>&1 |
       tee -a "$out/run.log"
     rc=$?
     if timed_out "$rc"; then
@@ -221,11 +259,11 @@ if ! want dump; then
   step "seqbench dump" "$why"
 elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
   step "seqbench dump" "skipped (no suite the PyTorch runner maps)"
-elif [ ! -x "$build"/suites/seqbench ]; then
+elif [ ! -x "$bin" ]; then
   step "seqbench dump" "skipped (not built)"
 else
   rm -rf "$dump_dir"
-  if timeout "$(left)" "$build"/suites/seqbench dump --quick "${torch_suites[@]}" --out "$dump_dir" \
+  if timeout "$(left)" "$bin" dump --quick "${torch_suites[@]}" --out "$dump_dir" \
      >"$out/dump.log" 2>&1; then
     step "seqbench dump" "ok ($(du -sh "$dump_dir" | cut -f1))"
   else
@@ -240,20 +278,20 @@ elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
   step "pytorch baselines" "skipped (no operators, trainer or layers suite requested)"
 elif ! python3 -c 'import torch' >/dev/null 2>&1; then
   step "pytorch baselines" "skipped (torch not importable)"
-elif [ ! -x "$build"/suites/seqbench ]; then
+elif [ ! -x "$bin" ]; then
   step "pytorch baselines" "skipped (seqbench not built)"
-elif timeout "$(left)" python3 suites/pytorch/run.py --seqbench "$build"/suites/seqbench "${quick[@]}" \
+elif timeout "$(left)" python3 suites/pytorch/run.py --seqbench "$bin" "${quick[@]}" \
        "${torch_suites[@]}" "${parity[@]}" --out "$dir" 2>&1 | tee "$out/pytorch.log"; then
   step "pytorch baselines" ok
 else
   step "pytorch baselines" "FAILED (see $out/pytorch.log)"
 fi
-if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$build"/suites/seqbench ] &&
+if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then
-  timeout 30 "$build"/suites/seqbench table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
+  timeout 30 "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
   pack_reports
 fi
-timeout 30 "$build"/suites/seqbench info >"$out/info.txt" 2>&1
+timeout 30 "$bin" info >"$out/info.txt" 2>&1
 
 echo
 echo "== summary =="
