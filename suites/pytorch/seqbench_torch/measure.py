@@ -8,7 +8,7 @@ from .errors import RunnerError
 from .policy import TimerPolicy
 from .report import finalize_speedups, make_variant, new_report, write_json_atomic
 from .stats import summarize_samples
-from .timing import TorchTimer, graphed, measure_copy_gbps
+from .timing import GraphIncomplete, TorchTimer, graphed, measure_copy_gbps
 
 
 def configure(torch, seed):
@@ -42,7 +42,11 @@ def measure_variant(torch, timer, plan, work):
             del keep
             return samples, True, note
         except Exception as e:  # capture refused (a sync inside, an unsupported op): time it directly
-            note = f"CUDA graph capture failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); timed without"
+            first = str(e).splitlines()[0] if str(e) else ""
+            if isinstance(e, GraphIncomplete):
+                note = f"CUDA graph refused ({first}); timed without"
+            else:
+                note = f"CUDA graph capture failed ({type(e).__name__}: {first}); timed without"
             torch.cuda.synchronize()
     return timer.sample_ms(work), False, note
 

@@ -23,20 +23,23 @@ class TorchTimer:
         torch, policy = self.torch, self.policy
         # Inputs were made on the default stream: they must be complete before this stream reads them.
         torch.cuda.synchronize()
-        with torch.cuda.stream(self.stream):
+        # A work whose kernels autograd places on its forward's stream is timed on that stream, so that
+        # the events bracket it without cross-stream waits (see families/common.autograd_variants).
+        stream = getattr(work, "capture_stream", None) or self.stream
+        with torch.cuda.stream(stream):
             for _ in range(policy.warmup_runs):
                 work()
-            self.stream.synchronize()
+            stream.synchronize()
             samples = []
             begin = time.monotonic()
             while True:
                 if self.flush_buffer is not None:
                     # A different byte each time, outside the event pair, as the C++ timer does.
                     self.flush_buffer.fill_(len(samples) & 0xFF)
-                self.start.record(self.stream)
+                self.start.record(stream)
                 for _ in range(policy.runs_per_sample):
                     work()
-                self.stop.record(self.stream)
+                self.stop.record(stream)
                 self.stop.synchronize()
                 samples.append(self.start.elapsed_time(self.stop) / policy.runs_per_sample)
                 if policy.done(len(samples), time.monotonic() - begin):
@@ -53,16 +56,21 @@ def graphed(torch, fn, warmup=3):
     Before returning, one replay must rewrite every output (check_replay_writes_outputs)."""
     side = getattr(fn, "capture_stream", None) or torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    warm = None
     with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
+        for _ in range(max(1, warmup)):
+            warm = fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
         keep = fn()
     torch.cuda.synchronize()
-    check_replay_writes_outputs(torch, graph.replay, keep)
+    # An output in the same memory as a warm-up call's is not the call's own (a view of an input,
+    # say): the graph need not write it, and poisoning it would poison the input.
+    not_own = {storage_ptr(t) for t in floating_tensors(torch, warm)}
+    check_replay_writes_outputs(torch, graph.replay, keep, not_own)
+    del warm
     return graph.replay, (graph, keep)
 
 
@@ -81,15 +89,20 @@ def floating_tensors(torch, value):
     return []
 
 
-def check_replay_writes_outputs(torch, replay, outputs):
+def storage_ptr(tensor):
+    return tensor.untyped_storage().data_ptr()
+
+
+def check_replay_writes_outputs(torch, replay, outputs, not_own=frozenset()):
     """Raises GraphIncomplete when one `replay()` does not rewrite every element of the floating-point
     `outputs` of the capture. Work enqueued during the capture on a stream the capture does not follow
     runs once, eagerly, and is missing from the graph; its outputs then look right after the capture
     but a replay never touches them, and the graph would be timed doing less work than a call. So:
     each output is poisoned with NaN, the graph replayed once, and any element still NaN (that was not
     NaN after the capture) is an element the graph does not write. The outputs' values from the
-    capture are put back afterwards, in case one of them is memory the work also reads."""
-    tensors = floating_tensors(torch, outputs)
+    capture are put back afterwards, in case one of them is memory the work also reads. Outputs whose
+    storage is in `not_own` (memory that existed before the capture) are neither poisoned nor checked."""
+    tensors = [t for t in floating_tensors(torch, outputs) if storage_ptr(t) not in not_own]
     if not tensors:
         return
     captured = [t.clone() for t in tensors]
