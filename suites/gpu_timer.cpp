@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "core/nvtx.h"
 
@@ -61,6 +63,24 @@ namespace {
 std::string cuda_error_text(const char* what, cudaError_t status) {
   return std::string(what) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
 }
+
+// The kernel, copy, memset and child-graph nodes of a captured graph: the device work it replays.
+std::size_t device_operations(cudaGraph_t graph) {
+  std::size_t count = 0;
+  SEQBENCH_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0) SEQBENCH_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  std::size_t operations = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    SEQBENCH_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    // A child graph (a library's own capture) is counted as work too, whatever it holds.
+    if (type == cudaGraphNodeTypeKernel || type == cudaGraphNodeTypeMemcpy ||
+        type == cudaGraphNodeTypeMemset || type == cudaGraphNodeTypeGraph)
+      ++operations;
+  }
+  return operations;
+}
 }  // namespace
 
 GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& work, std::string& why) {
@@ -94,6 +114,16 @@ GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& w
   if (!threw && ended == cudaSuccess && last != cudaSuccess)
     why = cuda_error_text("an error left pending inside the capture", last);
   if (!why.empty()) return nullptr;
+  // Each call must have put at least one operation into the graph. Work sent to another
+  // (non-legacy) stream runs once, eagerly, during the capture and leaves the graph without it:
+  // a graph short of one operation a call would be timed doing less than a call does.
+  const std::size_t operations = device_operations(graph);
+  if (operations < static_cast<std::size_t>(policy_.runs_per_sample)) {
+    why = "the capture recorded " + std::to_string(operations) +
+          " kernel, copy, memset or child-graph node(s) for " + std::to_string(policy_.runs_per_sample) +
+          " call(s): work enqueued on a stream other than the one it was given, or none at all";
+    return nullptr;
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
   if (instantiated != cudaSuccess) {

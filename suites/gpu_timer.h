@@ -15,7 +15,10 @@
 //      the GPU-side gaps between its kernels are a graph's. Work that cannot be captured (it
 //      synchronizes, allocates, or uses the legacy default stream) is timed directly, and the
 //      result says why. Work must enqueue on the stream it is given: a kernel sent to another,
-//      non-legacy stream would run once during the capture and be missing from the graph.
+//      non-legacy stream would run once during the capture and be missing from the graph. A graph
+//      with fewer kernel, copy, memset or child-graph nodes than captured calls is refused for
+//      that reason (timed directly, with the reason); a call only partly sent elsewhere is not
+//      detected.
 // A launch error the work leaves unchecked fails the sampling (seqbench::Error), in both modes.
 // The result is the raw per-call samples; summarize_samples() turns them into median/p20/p80/CV.
 #pragma once

@@ -122,6 +122,45 @@ TEST(GpuTimerGpu, WorkThatCannotBeCapturedIsTimedDirectlyWithTheReason) {
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+TEST(GpuTimerGpu, WorkSentToAnotherStreamIsNotTimedAsAnEmptyGraph) {
+  SEQBENCH_REQUIRE_GPU();
+  GpuTimer timer(sampling(3, 3));
+  Stream other;  // not capturing: a kernel sent there runs at once and the graph stays empty
+  const TimedSamples elsewhere = timer.sample(
+      [&](cudaStream_t) {
+        spin_kernel<<<1, 1, 0, other.get()>>>(1000);
+        SEQBENCH_CUDA_CHECK_LAUNCH();
+      },
+      true);
+  EXPECT_FALSE(elsewhere.cuda_graph);
+  EXPECT_NE(elsewhere.note.find("the capture recorded 0 kernel"), std::string::npos) << elsewhere.note;
+  EXPECT_EQ(elsewhere.ms.size(), 3u);
+  // Two calls a sample, every other one sent elsewhere: one node for two calls is refused too.
+  TimerPolicy pairs = sampling(3, 3);
+  pairs.runs_per_sample = 2;
+  GpuTimer pair_timer(pairs);
+  int calls = 0;
+  const TimedSamples half = pair_timer.sample(
+      [&](cudaStream_t s) {
+        spin_kernel<<<1, 1, 0, calls++ % 2 == 0 ? s : other.get()>>>(1000);
+        SEQBENCH_CUDA_CHECK_LAUNCH();
+      },
+      true);
+  EXPECT_FALSE(half.cuda_graph);
+  EXPECT_NE(half.note.find("the capture recorded 1 kernel"), std::string::npos) << half.note;
+  other.synchronize();
+  // A copy and a memset count as work: such a graph is kept.
+  DeviceBuffer<int> a(256), b(256);
+  const TimedSamples copies = timer.sample(
+      [&](cudaStream_t s) {
+        a.fill_bytes(7, s);
+        SEQBENCH_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), a.bytes(), cudaMemcpyDeviceToDevice, s));
+      },
+      true);
+  EXPECT_TRUE(copies.cuda_graph) << copies.note;
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // 2048 threads a block: more than any GPU allows, so the launch fails with
 // cudaErrorInvalidConfiguration, which this work does not check.
 void unchecked_bad_launch(cudaStream_t s) {
