@@ -91,11 +91,13 @@ build=build/gpu
 bin=$build/suites/seqbench
 # A run-only call (TARGETS=seqbench) may skip its build: tools/prebuild.sh builds `seqbench` on a
 # machine without a GPU, with this script's own build stage, into .prebuilt/ (carry it). It is used
-# only when it was built from these very sources (tools/source_hash.sh), for this architecture, and
+# (only the build stage looks for it) only when it was built from these very sources
+# (tools/source_hash.sh: the C++ sources, this script, the PyTorch runner), for this architecture, and
 # runs here and sees the device; otherwise the call builds as usual and the summary says why. It is
 # run through .prebuilt/run-seqbench, never copied into build/gpu, so ninja cannot take it for its own.
 prebuilt=.prebuilt
 use_prebuilt() {
+  local info
   if [ ! -x "$prebuilt/seqbench" ]; then
     pre_why="none carried"
   elif [ "${TARGETS:-}" != seqbench ]; then
@@ -104,7 +106,8 @@ use_prebuilt() {
     pre_why="stale: built from other sources than these"
   elif [ "$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null)" != "${CUDA_ARCH:-90}" ]; then
     pre_why="built for sm_$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null), this call wants sm_${CUDA_ARCH:-90}"
-  elif ! info=$(timeout 60 "$prebuilt/run-seqbench" info --json 2>"$out/prebuilt-probe.log"); then
+  # LD_BIND_NOW: a library symbol the image lacks (an older cuBLAS) fails here, not mid-suite.
+  elif ! info=$(LD_BIND_NOW=1 timeout 60 "$prebuilt/run-seqbench" info --json 2>"$out/prebuilt-probe.log"); then
     pre_why="does not run here: $(grep -m1 . "$out/prebuilt-probe.log" || echo "no message")"
   elif ! printf '%s' "$info" |
        python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["device"] else 1)' 2>/dev/null; then

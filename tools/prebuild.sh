@@ -26,6 +26,8 @@ if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
 fi
 
 rm -rf .prebuilt
+# A fresh configure: options left in build/gpu's cache by hand must not reach the binary unseen.
+rm -f build/gpu/CMakeCache.txt
 sources_before=$(tools/source_hash.sh)
 log=build/prebuild-out
 mkdir -p "$log"
