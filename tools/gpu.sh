@@ -20,10 +20,12 @@
 #                                           needs just `seqbench`: about half the translation units)
 #
 # A lease is 30 device-minutes in calls of at most 10, and a machine is released 30 s after a call,
-# so plan on every call starting bare (a fresh build each time; carry .bundle every time). Before
-# the lease, commit and run tools/prebuild.sh on the CPU machine: it builds `seqbench` into
-# .prebuilt/, and calls 2-4 below, carrying .prebuilt as well, then skip their build when that
-# binary fits (same sources, runs there; the summary's build line says which, or why not):
+# so plan on every call starting bare (a fresh build each time; carry .bundle every time). Ignored
+# folders do not outlive a session: make .bundle (tools/bundle.sh) first, commit, and start
+# tools/prebuild.sh in the background on the CPU machine before call 1 (it builds `seqbench` into
+# .prebuilt/ in about 10 minutes on 2 cores and costs no device time); calls 2-4 below, carrying
+# .prebuilt as well, then skip their build when that binary fits (same sources, runs there; the
+# summary's build line says which, or why not):
 #   1. STAGES="build test" tools/gpu.sh                          all gpu tests (the first results)
 #   2. STAGES="build run" TARGETS=seqbench tools/gpu.sh device operators
 #   3. STAGES="build run" TARGETS=seqbench tools/gpu.sh trainer layers
