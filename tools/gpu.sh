@@ -118,19 +118,13 @@ use_prebuilt() {
     pre_why="prebuilt by tools/prebuild.sh ($(cat "$prebuilt/BUILT" 2>/dev/null | head -n 1))"
     return 0
   fi
+  # A carried binary that is not used says why; with none carried there is nothing to say.
+  [ -x "$prebuilt/seqbench" ] && step prebuilt "$pre_why"
   return 1
 }
-prebuilt_used=false
-if want build; then
-  if use_prebuilt; then
-    prebuilt_used=true
-  elif [ -x "$prebuilt/seqbench" ]; then
-    step prebuilt "$pre_why"
-  fi
-fi
 if ! want build; then
   step build "$why"
-elif $prebuilt_used; then
+elif use_prebuilt; then
   bin=$PWD/$prebuilt/run-seqbench
   step build "$pre_why"
 elif ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
