@@ -81,8 +81,10 @@ int cmd_list(bool as_json, bool quick, std::ostream& out) {
            // The variant `seqbench dump` writes; null: the experiment does not dump.
            {"dump_variant",
             e.dump_variant.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.dump_variant)},
-           // Whether `seqbench run` times the variants as CUDA graph replays (suites/gpu_timer.h).
-           {"cuda_graph", e.cuda_graph}});
+           // Whether `seqbench run` times the variants as CUDA graph replays (suites/gpu_timer.h),
+           // and how many calls, over as many copies of the buffers, a sample holds.
+           {"cuda_graph", e.cuda_graph},
+           {"calls_per_sample", e.calls_per_sample}});
     }
     doc["suites"].push_back(std::move(suite));
   }

@@ -28,7 +28,9 @@ struct VariantSpec {
 using Work = std::function<void(cudaStream_t)>;
 
 // The result of preparing an experiment: inputs allocated and filled, one callable per variant
-// in the order of ExperimentSpec::variants. `state` owns the buffers the callables use.
+// in the order of ExperimentSpec::variants. `state` owns the buffers the callables use. The runner
+// may prepare an experiment several times at once (ExperimentSpec::calls_per_sample): one
+// preparation's buffers must not be shared with another's.
 struct PreparedExperiment {
   std::vector<Work> variants;
   std::shared_ptr<void> state;
@@ -61,6 +63,11 @@ struct ExperimentSpec {
   // host-side launch cost must not decide the result (suites/pytorch graphs torch's the same way).
   // Layers and optimizers are timed directly: their launch count is part of what they cost.
   bool cuda_graph = false;
+  // Calls per timed sample (graph_calls_per_sample in suites/gpu_timer.h: more than one only for
+  // graphed experiments moving under kGraphSampleBytes a call). The runner then calls `prepare` this
+  // many times and rotates over the copies, one call of each per sample, so that no call finds its
+  // inputs in L2; every copy must be independent (its own buffers) and give the same results.
+  int calls_per_sample = 1;
 };
 
 struct SuiteSpec {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,11 @@ void TimerPolicy::validate() const {
   SEQBENCH_REQUIRE(max_samples >= min_samples,
                    "timer: max_samples " << max_samples << " < min_samples " << min_samples);
   SEQBENCH_REQUIRE(budget_seconds > 0, "timer: budget_seconds " << budget_seconds << " <= 0");
-  SEQBENCH_REQUIRE(runs_per_sample >= 1, "timer: runs_per_sample " << runs_per_sample << " < 1");
+}
+
+int graph_calls_per_sample(double minimal_bytes) {
+  if (!(minimal_bytes > 0.0) || minimal_bytes >= kGraphSampleBytes) return 1;  // NaN too
+  return static_cast<int>(std::min<double>(kMaxCallsPerSample, std::ceil(kGraphSampleBytes / minimal_bytes)));
 }
 
 namespace {
@@ -46,13 +51,22 @@ void GpuTimer::flush_l2(std::uint32_t sample_index) {
   if (policy_.flush_l2) flush_buffer_.fill_bytes(static_cast<unsigned char>(sample_index), stream());
 }
 
-std::vector<double> GpuTimer::sample_ms(const std::function<void(cudaStream_t)>& work) {
+namespace {
+void require_calls(int calls_per_sample) {
+  SEQBENCH_REQUIRE(calls_per_sample >= 1, "timer: calls_per_sample " << calls_per_sample << " < 1");
+}
+}  // namespace
+
+std::vector<double> GpuTimer::sample_ms(const std::function<void(cudaStream_t)>& work, int calls_per_sample) {
+  require_calls(calls_per_sample);
   SEQBENCH_NVTX_RANGE("timer_sample");
   for (int i = 0; i < policy_.warmup_runs; ++i) work(stream());
   stream_.synchronize();
-  return collect([&] {
-    for (int r = 0; r < policy_.runs_per_sample; ++r) work(stream());
-  });
+  return collect(
+      [&] {
+        for (int r = 0; r < calls_per_sample; ++r) work(stream());
+      },
+      calls_per_sample);
 }
 
 void GpuTimer::GraphExecDeleter::operator()(cudaGraphExec_t exec) const {
@@ -83,7 +97,8 @@ std::size_t device_operations(cudaGraph_t graph) {
 }
 }  // namespace
 
-GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& work, std::string& why) {
+GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& work, int calls,
+                                      std::string& why) {
   // First calls (module loading, cuBLASLt and CUB queries, tuners) run outside the capture: at
   // least one, whatever the policy's warm-up.
   for (int i = 0; i < std::max(1, policy_.warmup_runs); ++i) work(stream());
@@ -95,7 +110,7 @@ GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& w
   SEQBENCH_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   bool threw = false;
   try {
-    for (int r = 0; r < policy_.runs_per_sample; ++r) work(stream());
+    for (int r = 0; r < calls; ++r) work(stream());
   } catch (const std::exception& e) {
     threw = true;
     why = e.what();
@@ -118,9 +133,9 @@ GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& w
   // (non-legacy) stream runs once, eagerly, during the capture and leaves the graph without it:
   // a graph short of one operation a call would be timed doing less than a call does.
   const std::size_t operations = device_operations(graph);
-  if (operations < static_cast<std::size_t>(policy_.runs_per_sample)) {
+  if (operations < static_cast<std::size_t>(calls)) {
     why = "the capture recorded " + std::to_string(operations) +
-          " kernel, copy, memset or child-graph node(s) for " + std::to_string(policy_.runs_per_sample) +
+          " kernel, copy, memset or child-graph node(s) for " + std::to_string(calls) +
           " call(s): work enqueued on a stream other than the one it was given, or none at all";
     return nullptr;
   }
@@ -141,20 +156,25 @@ GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& w
   return out;
 }
 
-TimedSamples GpuTimer::sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph) {
-  if (!cuda_graph) return {sample_ms(work), false, ""};
+TimedSamples GpuTimer::sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph,
+                              int calls_per_sample) {
+  require_calls(calls_per_sample);
+  if (!cuda_graph) return {sample_ms(work, calls_per_sample), false, ""};
   SEQBENCH_NVTX_RANGE("timer_sample_graph");
   std::string why;
-  const GraphExec exec = capture(work, why);
-  if (!exec) return {sample_ms(work), false, "CUDA graph capture failed (" + why + "); timed without"};
+  const GraphExec exec = capture(work, calls_per_sample, why);
+  if (!exec)
+    return {sample_ms(work, calls_per_sample), false,
+            "CUDA graph capture failed (" + why + "); timed without"};
   // Warm replays: the first launch of an executable graph pays set-up the later ones do not.
   for (int i = 0; i < std::max(1, policy_.warmup_runs); ++i)
     SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
   stream_.synchronize();
-  return {collect([&] { SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream())); }), true, ""};
+  return {collect([&] { SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream())); }, calls_per_sample),
+          true, ""};
 }
 
-std::vector<double> GpuTimer::collect(const std::function<void()>& enqueue) {
+std::vector<double> GpuTimer::collect(const std::function<void()>& enqueue, int calls) {
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(policy_.max_samples));
   const auto begin = std::chrono::steady_clock::now();
@@ -166,7 +186,7 @@ std::vector<double> GpuTimer::collect(const std::function<void()>& enqueue) {
     stop_.synchronize();
     // A launch error the work left unchecked fails it here, rather than timing less work.
     SEQBENCH_CUDA_CHECK(cudaGetLastError());
-    samples.push_back(static_cast<double>(stop_.elapsed_ms_since(start_)) / policy_.runs_per_sample);
+    samples.push_back(static_cast<double>(stop_.elapsed_ms_since(start_)) / calls);
 
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     if (static_cast<int>(samples.size()) >= policy_.min_samples && elapsed >= policy_.budget_seconds) break;

@@ -5,11 +5,12 @@
 //   2. before each sample an L2-sized buffer is overwritten (cudaMemsetAsync), outside the event
 //      pair, so every sample starts with a cold L2 as a real training step would;
 //   3. each sample is the time between two CUDA events recorded on the timer's stream around
-//      `runs_per_sample` calls of the work (1 unless the caller batches tiny kernels);
+//      `calls_per_sample` calls of the work (1 unless the caller batches small kernels: see
+//      graph_calls_per_sample below), and is divided by that count;
 //   4. sampling stops after `max_samples`, or once `min_samples` are in and `budget_seconds` of
 //      wall time have passed;
 //   5. on request (sample(work, true): the operator suite's single small ops, as suites/pytorch
-//      times torch's), the `runs_per_sample` calls are captured once into a CUDA graph after the
+//      times torch's), the `calls_per_sample` calls are captured once into a CUDA graph after the
 //      warm-up, and each sample replays it: the host's per-launch cost (CUB's and cuBLASLt's queries,
 //      argument checks, launch latency) cannot stretch a few-microsecond kernel sequence then, and
 //      the GPU-side gaps between its kernels are a graph's. Work that cannot be captured (it
@@ -41,13 +42,26 @@ struct TimerPolicy {
   int min_samples = 10;
   int max_samples = 200;
   double budget_seconds = 1.0;
-  int runs_per_sample = 1;
   bool flush_l2 = true;
 
   // Fewer samples and a shorter budget, for `seqbench run --quick` and smoke tests.
   static TimerPolicy quick();
   void validate() const;  // throws seqbench::Error naming the bad field
 };
+
+// ANCHORS' rule for kernels under ~10 us: time a captured graph of N calls over rotating buffers.
+// One call per sample would put the graph launch's own latency and the event pair's resolution
+// (each about a microsecond or more) into a kernel that moves a few hundred kilobytes; N calls of
+// the same buffers would find them in L2 from the second call on. So a graphed experiment's sample
+// is N calls, each on its own copy of the inputs and outputs (the runner prepares the experiment N
+// times), after the usual L2 flush: every call reads cold data, as one call after a flush would.
+// N is the fewest calls whose minimal traffic reaches kGraphSampleBytes (about 20 us at an H100's
+// 3 TB/s copy rate), at most kMaxCallsPerSample; 1 for an experiment moving that much or more, or
+// declaring no bytes. It depends only on the bytes, so `seqbench list --json` states it and the
+// PyTorch runner times torch's ops with the same N.
+inline constexpr double kGraphSampleBytes = 64.0 * 1024 * 1024;
+inline constexpr int kMaxCallsPerSample = 64;
+int graph_calls_per_sample(double minimal_bytes);
 
 // How a work was timed (GpuTimer::sample).
 struct TimedSamples {
@@ -64,15 +78,18 @@ class GpuTimer {
   cudaStream_t stream() const { return stream_.get(); }
   const TimerPolicy& policy() const { return policy_; }
 
-  // Times `work(stream)`; returns milliseconds per call, one entry per sample. Work must enqueue
-  // on the given stream and must not synchronize the device.
-  std::vector<double> sample_ms(const std::function<void(cudaStream_t)>& work);
+  // Times `work(stream)`, `calls_per_sample` (>= 1) calls a sample; returns milliseconds per call,
+  // one entry per sample. Work must enqueue on the given stream and must not synchronize the
+  // device. A work that rotates over copies of its buffers (the runner's) is called in sequence:
+  // any `calls_per_sample` consecutive calls cover every copy once.
+  std::vector<double> sample_ms(const std::function<void(cudaStream_t)>& work, int calls_per_sample = 1);
 
-  // sample_ms(work), or with cuda_graph the same samples taken from replays of one captured graph
-  // of `runs_per_sample` calls (rule 5 above), after max(1, warmup_runs) direct calls; a work that
-  // cannot be captured, or whose graph cannot be instantiated, falls back to sample_ms, with the
-  // reason in the note. Errors of the work itself still throw.
-  TimedSamples sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph);
+  // sample_ms(work, calls_per_sample), or with cuda_graph the same samples taken from replays of
+  // one captured graph of `calls_per_sample` calls (rule 5 above), after max(1, warmup_runs)
+  // direct calls; a work that cannot be captured, or whose graph cannot be instantiated, falls
+  // back to sample_ms, with the reason in the note. Errors of the work itself still throw.
+  TimedSamples sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph,
+                      int calls_per_sample = 1);
 
  private:
   struct GraphExecDeleter {
@@ -81,11 +98,11 @@ class GpuTimer {
   using GraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
 
   void flush_l2(std::uint32_t sample_index);
-  // The warm-up, then runs_per_sample calls captured and instantiated; null (and `why`) when the
-  // stream could not capture them.
-  GraphExec capture(const std::function<void(cudaStream_t)>& work, std::string& why);
-  // Samples of `enqueue` (one sample's work on stream()), each divided by runs_per_sample.
-  std::vector<double> collect(const std::function<void()>& enqueue);
+  // The warm-up, then `calls` calls captured and instantiated; null (and `why`) when the stream
+  // could not capture them.
+  GraphExec capture(const std::function<void(cudaStream_t)>& work, int calls, std::string& why);
+  // Samples of `enqueue` (one sample's work on stream(): `calls` calls), each divided by `calls`.
+  std::vector<double> collect(const std::function<void()>& enqueue, int calls);
 
   TimerPolicy policy_;
   Stream stream_;

@@ -381,8 +381,10 @@ void validate_variant(Validator& v, const json& variant, const std::string& p, C
   }
 
   // How it was timed (absent in reports that predate them): replays of a CUDA graph or direct
-  // launches, and why a requested graph was not used.
+  // launches, how many calls (each on its own copy of the buffers) a sample's events bracketed, and
+  // why a requested graph was not used.
   v.get(variant, p, "cuda_graph", Kind::boolean, kOptional);
+  v.integer(variant, p, "calls_per_sample", Bound::positive, kOptional);
   v.get(variant, p, "note", Kind::string, kOptional);
 
   const auto speedup = v.number(variant, p, "speedup", Bound::positive);

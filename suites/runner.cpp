@@ -117,39 +117,65 @@ class ProgressReporter : public benchmark::BenchmarkReporter {
   std::size_t done_ = 0;
 };
 
-// Prepares an experiment on first use and frees its buffers after its last variant ran, so one
-// experiment's inputs are resident at a time.
+// One call of variant `v` per call of the returned work, rotating over the copies in order: any
+// copies.size() consecutive calls run each copy once (what GpuTimer's samples of that many calls
+// rely on).
+Work rotating_work(const std::vector<PreparedExperiment>& copies, std::size_t v) {
+  if (copies.size() == 1) return copies.front().variants[v];
+  std::vector<Work> calls;
+  for (const PreparedExperiment& copy : copies) calls.push_back(copy.variants[v]);
+  auto next = std::make_shared<std::size_t>(0);
+  return [calls = std::move(calls), next](cudaStream_t stream) {
+    const Work& call = calls[*next % calls.size()];
+    ++*next;
+    call(stream);
+  };
+}
+
+// Prepares an experiment on first use (calls_per_sample copies of it) and frees its buffers after
+// its last variant ran, so one experiment's inputs are resident at a time.
 struct ExperimentRun {
   const ExperimentSpec* spec;
-  std::size_t remaining;  // variant x repetition runs still to come
-  std::unique_ptr<PreparedExperiment> prepared;
-  nlohmann::json notes;  // PreparedExperiment::notes(), taken before the buffers are freed
+  std::size_t remaining;                   // variant x repetition runs still to come
+  std::vector<PreparedExperiment> copies;  // empty until prepared
+  std::vector<Work> works;                 // per variant: rotating_work over the copies
+  nlohmann::json notes;                    // the first copy's notes(), taken before the buffers are freed
 
-  PreparedExperiment& get() {
-    if (!prepared) {
-      // Kept only once checked: a mis-sized one kept here would be indexed out of range by the
-      // next variant instead of failing it.
-      auto fresh = std::make_unique<PreparedExperiment>(spec->prepare());
-      SEQBENCH_REQUIRE(fresh->variants.size() == spec->variants.size(),
-                       "experiment " << spec->name << " prepared " << fresh->variants.size()
-                                     << " variants, declared " << spec->variants.size());
-      prepared = std::move(fresh);
+  const Work& work(std::size_t v) {
+    if (copies.empty()) {
+      SEQBENCH_REQUIRE(spec->calls_per_sample >= 1 && spec->calls_per_sample <= kMaxCallsPerSample,
+                       "experiment " << spec->name << ": calls_per_sample " << spec->calls_per_sample
+                                     << " is outside 1.." << kMaxCallsPerSample);
+      // Kept only once all are checked: a mis-sized one kept here would be indexed out of range by
+      // the next variant instead of failing it.
+      std::vector<PreparedExperiment> fresh;
+      for (int c = 0; c < spec->calls_per_sample; ++c) {
+        fresh.push_back(spec->prepare());
+        SEQBENCH_REQUIRE(fresh.back().variants.size() == spec->variants.size(),
+                         "experiment " << spec->name << " prepared " << fresh.back().variants.size()
+                                       << " variants, declared " << spec->variants.size());
+      }
+      std::vector<Work> rotating;
+      for (std::size_t i = 0; i < spec->variants.size(); ++i) rotating.push_back(rotating_work(fresh, i));
+      copies = std::move(fresh);
+      works = std::move(rotating);
     }
-    return *prepared;
+    return works.at(v);
   }
   void finished_one() {
     if (remaining > 0 && --remaining == 0) {
       // Called outside the benchmark's try block, and nothing may leave a benchmark function (it
       // would skip ClearRegisteredBenchmarks and lose the suite's report): notes are informative,
       // so an error in them is recorded there.
-      if (prepared && prepared->notes) {
+      if (!copies.empty() && copies.front().notes) {
         try {
-          notes = prepared->notes();
+          notes = copies.front().notes();
         } catch (const std::exception& e) {
           notes = {{"error", std::string("notes() failed: ") + e.what()}};
         }
       }
-      prepared.reset();
+      works.clear();
+      copies.clear();
     }
   }
 };
@@ -188,7 +214,7 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
 
   for (const ExperimentSpec* e : experiments) {
     runs.push_back(std::make_unique<ExperimentRun>(
-        ExperimentRun{e, e->variants.size() * static_cast<std::size_t>(repetitions), nullptr, {}}));
+        ExperimentRun{e, e->variants.size() * static_cast<std::size_t>(repetitions), {}, {}, {}}));
     ExperimentRun* run = runs.back().get();
     const std::string prefix = suite.name + "/" + e->name;
     spec_alternatives += (spec_alternatives.empty() ? "" : "|") + escape_regex(prefix);
@@ -200,7 +226,8 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
             for (auto _ : state) {
               try {
                 NvtxDynamicRange range(name);
-                const TimedSamples t = sample(run->get().variants[v], run->spec->cuda_graph);
+                const TimedSamples t =
+                    sample(run->work(v), run->spec->cuda_graph, run->spec->calls_per_sample);
                 const auto& ms = t.ms;
                 samples[name].insert(samples[name].end(), ms.begin(), ms.end());
                 auto& [graph_runs, runs] = graphed[name];
@@ -252,6 +279,7 @@ nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const 
           make_variant(v.name, summarize_samples(samples.at(name)), v.bytes, v.flops, copy_gbps);
       const auto [graph_runs, runs] = graphed.at(name);
       variant["cuda_graph"] = graph_runs == runs;
+      variant["calls_per_sample"] = e->calls_per_sample;
       std::string note = notes.count(name) > 0 ? notes.at(name) : "";
       if (graph_runs > 0 && graph_runs < runs)
         note += (note.empty() ? "" : "; ") + std::to_string(graph_runs) + " of " + std::to_string(runs) +
@@ -337,8 +365,10 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       std::vector<CheckResult> failures;
       experiments_json = runner_detail::time_experiments(
           *suite, experiments,
-          [&](const Work& work, bool cuda_graph) { return timer->sample(work, cuda_graph); }, copy_gbps,
-          options.repetitions, log, failures);
+          [&](const Work& work, bool cuda_graph, int calls_per_sample) {
+            return timer->sample(work, cuda_graph, calls_per_sample);
+          },
+          copy_gbps, options.repetitions, log, failures);
       for (const CheckResult& f : failures) log << "  FAILED " << f.name << ": " << f.detail << "\n";
       failed += failures.size();
       checks.insert(checks.end(), failures.begin(), failures.end());

@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "core/device_info.h"
+#include "suites/gpu_timer.h"
 #include "suites/report.h"
 #include "tests/common/gpu_test.h"
 
@@ -160,6 +162,7 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
   for (const auto& s : doc["suites"]) names.push_back(s["name"]);
   EXPECT_NE(std::find(names.begin(), names.end(), "reference"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "device"), names.end());
+  int rotated = 0, capped = 0;
   for (const auto& s : doc["suites"])
     for (const auto& e : s["experiments"]) {
       EXPECT_TRUE(e["params"].is_object());
@@ -174,7 +177,19 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
       // Graph replays for the operators' single small ops; layers and optimizers directly.
       ASSERT_TRUE(e["cuda_graph"].is_boolean()) << e.dump();
       EXPECT_EQ(e["cuda_graph"].get<bool>(), s["name"] == "operators") << s["name"] << ": " << e["name"];
+      // Several calls a sample (over copies of the buffers) only for graphed small ops, by their bytes.
+      ASSERT_TRUE(e["calls_per_sample"].is_number_integer()) << e.dump();
+      double bytes = 0.0;
+      for (const auto& v : e["variants"]) bytes = std::max(bytes, v["bytes"].get<double>());
+      EXPECT_EQ(e["calls_per_sample"].get<int>(),
+                e["cuda_graph"].get<bool>() ? graph_calls_per_sample(bytes) : 1)
+          << e.dump();
+      rotated += e["calls_per_sample"].get<int>() > 1;
+      capped += e["calls_per_sample"].get<int>() == kMaxCallsPerSample;
     }
+  // The full operator suite has small ops of both kinds: a few calls, and the cap.
+  EXPECT_GT(rotated, capped);
+  EXPECT_GT(capped, 0);
 }
 
 TEST_F(CliTest, DumpNeedsAGpuAndWritesNothingWithoutOne) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/device_buffer.h"
 #include "suites/gpu_timer.h"
@@ -37,16 +38,21 @@ TEST(GpuTimerGpu, MeasuresAKernelOfKnownDuration) {
   SEQBENCH_REQUIRE_GPU();
   GpuTimer timer(sampling(5, 20, 10.0));  // the sample count must stop it
   for (const bool graph : {false, true}) {
-    SCOPED_TRACE(graph ? "CUDA graph replays" : "direct launches");
-    const TimedSamples t =
-        timer.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(2'000'000); }, graph);
-    EXPECT_EQ(t.cuda_graph, graph) << t.note;
-    EXPECT_TRUE(t.note.empty()) << t.note;
-    ASSERT_EQ(t.ms.size(), 20u);
-    const SampleStats stats = summarize_samples(t.ms);
-    // 2 ms spin: events add launch latency (microseconds), the globaltimer ticks at ~1 µs.
-    EXPECT_GE(stats.median, 1.99);
-    EXPECT_LE(stats.median, 2.2);
+    for (const int calls : {1, 4}) {
+      SCOPED_TRACE(std::string(graph ? "CUDA graph replays" : "direct launches") + ", " +
+                   std::to_string(calls) + " call(s) a sample");
+      // 2 ms a sample, in `calls` spins: the timer reports the time per call.
+      const unsigned long long ns = 2'000'000ull / static_cast<unsigned>(calls);
+      const TimedSamples t =
+          timer.sample([ns](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(ns); }, graph, calls);
+      EXPECT_EQ(t.cuda_graph, graph) << t.note;
+      EXPECT_TRUE(t.note.empty()) << t.note;
+      ASSERT_EQ(t.ms.size(), 20u);
+      const SampleStats stats = summarize_samples(t.ms);
+      // Events add launch latency (microseconds), the globaltimer ticks at ~1 µs.
+      EXPECT_GE(stats.median, 1.99 / calls);
+      EXPECT_LE(stats.median, 2.2 / calls);
+    }
   }
 }
 
@@ -66,7 +72,6 @@ TEST(GpuTimerGpu, GraphReplaysExactlyTheCapturedCalls) {
   SEQBENCH_REQUIRE_GPU();
   TimerPolicy policy = sampling(5, 5);
   policy.warmup_runs = 2;
-  policy.runs_per_sample = 3;
   GpuTimer timer(policy);
   DeviceBuffer<unsigned> counter(1);
   counter.fill_bytes(0);
@@ -77,20 +82,52 @@ TEST(GpuTimerGpu, GraphReplaysExactlyTheCapturedCalls) {
         increment_kernel<<<1, 1, 0, s>>>(c);
         SEQBENCH_CUDA_CHECK_LAUNCH();
       },
-      true);
+      true, 3);
   ASSERT_TRUE(t.cuda_graph) << t.note;
   ASSERT_EQ(t.ms.size(), 5u);
   // 2 direct warm-up calls; the capture itself runs nothing; a graph of 3 calls replayed
   // max(1, warmup_runs) = 2 times warm, then once per sample.
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(counter.copy_to_host().at(0), 2u + 3u * 2u + 3u * 5u);
-  // Direct timing of the same work: warm-up plus runs_per_sample calls per sample.
+  // Direct timing of the same work: warm-up plus calls_per_sample calls per sample.
   counter.fill_bytes(0);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  const TimedSamples d = timer.sample([c](cudaStream_t s) { increment_kernel<<<1, 1, 0, s>>>(c); }, false);
+  const TimedSamples d = timer.sample([c](cudaStream_t s) { increment_kernel<<<1, 1, 0, s>>>(c); }, false, 3);
   EXPECT_FALSE(d.cuda_graph);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(counter.copy_to_host().at(0), 2u + 3u * 5u);
+  EXPECT_THROW((void)timer.sample([c](cudaStream_t s) { increment_kernel<<<1, 1, 0, s>>>(c); }, true, 0),
+               Error);
+}
+
+// The runner's rotating work (suites/runner.cpp): each call runs the next copy of an experiment.
+// A graph of N calls must hold each copy once, whichever copy the warm-up stopped at, and so must
+// every directly timed sample.
+TEST(GpuTimerGpu, EverySampleCallsEachRotatingCopyOnce) {
+  SEQBENCH_REQUIRE_GPU();
+  TimerPolicy policy = sampling(5, 5);
+  policy.warmup_runs = 2;
+  GpuTimer timer(policy);
+  constexpr int kCopies = 3;
+  DeviceBuffer<unsigned> counters(kCopies);
+  for (const bool graph : {true, false}) {
+    counters.fill_bytes(0);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    unsigned* c = counters.data();
+    int next = 0;
+    const TimedSamples t = timer.sample(
+        [c, &next](cudaStream_t s) {
+          increment_kernel<<<1, 1, 0, s>>>(c + next++ % kCopies);
+          SEQBENCH_CUDA_CHECK_LAUNCH();
+        },
+        graph, kCopies);
+    ASSERT_EQ(t.cuda_graph, graph) << t.note;
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    // Warm-up: copies 0 and 1 once. Graph: captured from copy 2 on (2, 0, 1), replayed 2 warm + 5
+    // sampled times. Direct: 5 samples of 3 consecutive calls.
+    const unsigned runs = graph ? 2u + 5u : 5u;
+    EXPECT_EQ(counters.copy_to_host(), (std::vector<unsigned>{1u + runs, 1u + runs, runs})) << graph;
+  }
 }
 
 TEST(GpuTimerGpu, WorkThatCannotBeCapturedIsTimedDirectlyWithTheReason) {
@@ -136,16 +173,13 @@ TEST(GpuTimerGpu, WorkSentToAnotherStreamIsNotTimedAsAnEmptyGraph) {
   EXPECT_NE(elsewhere.note.find("the capture recorded 0 kernel"), std::string::npos) << elsewhere.note;
   EXPECT_EQ(elsewhere.ms.size(), 3u);
   // Two calls a sample, every other one sent elsewhere: one node for two calls is refused too.
-  TimerPolicy pairs = sampling(3, 3);
-  pairs.runs_per_sample = 2;
-  GpuTimer pair_timer(pairs);
   int calls = 0;
-  const TimedSamples half = pair_timer.sample(
+  const TimedSamples half = timer.sample(
       [&](cudaStream_t s) {
         spin_kernel<<<1, 1, 0, calls++ % 2 == 0 ? s : other.get()>>>(1000);
         SEQBENCH_CUDA_CHECK_LAUNCH();
       },
-      true);
+      true, 2);
   EXPECT_FALSE(half.cuda_graph);
   EXPECT_NE(half.note.find("the capture recorded 1 kernel"), std::string::npos) << half.note;
   other.synchronize();

@@ -2,7 +2,8 @@
 // and returns fixed times (graphed when asked), so that what time_experiments does with experiments that
 // throw (while prepared or timed) is checked without a device: a failed check per failing variant, the
 // experiment left out of the report, the others kept, every state freed before the next
-// experiment is prepared, and the report still valid against the schema.
+// experiment is prepared, and the report still valid against the schema; an experiment asking for
+// several calls a sample is prepared that many times and its calls rotate over the copies.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,9 +74,9 @@ ExperimentSpec experiment(const std::string& name, Liveness& liveness, Fault fau
   return e;
 }
 
-// One call of the work, then three samples (ms), taken the way the experiment asked.
-TimedSamples fake_sample(const Work& work, bool cuda_graph) {
-  work(nullptr);
+// One sample's calls of the work, then three samples (ms), taken the way the experiment asked.
+TimedSamples fake_sample(const Work& work, bool cuda_graph, int calls_per_sample) {
+  for (int c = 0; c < calls_per_sample; ++c) work(nullptr);
   return {{2.0, 1.0, 3.0}, cuda_graph, ""};
 }
 
@@ -245,7 +246,7 @@ TEST(RunnerTimeExperiments, EachVariantRecordsHowItWasTimed) {
     return p;
   };
   std::vector<bool> requested;
-  const runner_detail::Sampler sampler = [&](const Work& work, bool cuda_graph) {
+  const runner_detail::Sampler sampler = [&](const Work& work, bool cuda_graph, int) {
     requested.push_back(cuda_graph);
     const int before = *fast_calls;
     work(nullptr);
@@ -281,6 +282,70 @@ TEST(RunnerTimeExperiments, EachVariantRecordsHowItWasTimed) {
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_EQ(problems[0], "experiments[0].variants[0].cuda_graph: expected boolean, got string");
   EXPECT_EQ(problems[1], "experiments[0].variants[1].note: expected string, got integer");
+}
+
+TEST(RunnerTimeExperiments, ASampleRotatesOverCallsPerSampleCopies) {
+  // "rotated" asks for 3 calls a sample: it is prepared 3 times, its copies live together and are
+  // freed before "single" is prepared, the sampler is asked for 3 calls, and any 3 consecutive
+  // calls of a variant run each copy once, across repetitions too. The notes are the first copy's.
+  Liveness l;
+  ExperimentSpec rotated = experiment("rotated", l), single = experiment("single", l);
+  rotated.cuda_graph = true;
+  rotated.calls_per_sample = 3;
+  auto copies = std::make_shared<int>(0);
+  auto ran = std::make_shared<std::vector<int>>();  // the copy each call of variant "fast" ran
+  const auto prepare = rotated.prepare;
+  rotated.prepare = [prepare, copies, ran] {
+    PreparedExperiment p = prepare();
+    const int copy = (*copies)++;
+    p.variants[1] = [ran, copy](cudaStream_t) { ran->push_back(copy); };
+    p.notes = [copy] { return nlohmann::json{{"copy", copy}}; };
+    return p;
+  };
+  std::vector<int> asked;
+  const runner_detail::Sampler sampler = [&](const Work& work, bool cuda_graph, int calls) {
+    asked.push_back(calls);
+    for (int c = 0; c < 2 * calls; ++c) work(nullptr);  // two samples' calls
+    return TimedSamples{{2.0, 1.0, 3.0}, cuda_graph, ""};
+  };
+  const Outcome o = run({rotated, single}, 2, sampler);
+  EXPECT_TRUE(o.failures.empty());
+  EXPECT_EQ(l.prepares, 4);
+  EXPECT_EQ(l.live_at_prepare, 2);  // the third copy's prepare: two copies alive, "single" none
+  EXPECT_EQ(l.live, 0);
+  EXPECT_EQ(asked, (std::vector<int>{3, 3, 3, 3, 1, 1, 1, 1}));
+  EXPECT_EQ(*ran, (std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}));
+  ASSERT_EQ(o.experiments.size(), 2u);
+  for (const auto& e : o.experiments) {
+    const int calls = e.at("name") == "rotated" ? 3 : 1;
+    for (const auto& v : e.at("variants")) EXPECT_EQ(v.at("calls_per_sample").get<int>(), calls) << e.dump();
+  }
+  EXPECT_EQ(o.experiments[0].at("notes"), (nlohmann::json{{"copy", 0}}));
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+  nlohmann::json bad = o.report;
+  bad["experiments"][0]["variants"][0]["calls_per_sample"] = 0;
+  bad["experiments"][0]["variants"][1]["calls_per_sample"] = 1.5;
+  const std::vector<std::string> problems = validate_report(bad);
+  ASSERT_EQ(problems.size(), 2u) << ::testing::PrintToString(problems);
+  EXPECT_NE(problems[0].find("experiments[0].variants[0].calls_per_sample"), std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[1].find("experiments[0].variants[1].calls_per_sample"), std::string::npos)
+      << problems[1];
+}
+
+TEST(RunnerTimeExperiments, CallsPerSampleOutsideItsRangeFailsTheExperiment) {
+  Liveness l;
+  for (const int calls : {0, kMaxCallsPerSample + 1}) {
+    ExperimentSpec e = experiment("bad", l);
+    e.calls_per_sample = calls;
+    const Outcome o = run({e, experiment("good", l)});
+    EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"good"}));
+    ASSERT_EQ(o.failures.size(), 2u);
+    EXPECT_NE(o.failures[0].detail.find("calls_per_sample " + std::to_string(calls) + " is outside 1..64"),
+              std::string::npos)
+        << o.failures[0].detail;
+  }
+  EXPECT_EQ(l.live, 0);
 }
 
 TEST(RunnerTimeExperiments, EveryExperimentFailingLeavesAValidReport) {

@@ -295,6 +295,18 @@ TEST(RenderTables, MarksSpeedupsWhoseTwoSidesWereTimedDifferently) {
   torch["experiments"][0]["variants"][0]["cuda_graph"] = true;
   EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::markdown), "†"));
   EXPECT_FALSE(contains(render_tables({valid_report(), torch_report()}, TableFormat::markdown), "†"));
+  // Both graphed, but their samples held different numbers of calls (copies of the inputs).
+  for (json& v : mine["experiments"][0]["variants"]) v["calls_per_sample"] = 8;
+  torch["experiments"][0]["variants"][0]["calls_per_sample"] = 1;
+  torch["experiments"][0]["variants"][1]["calls_per_sample"] = 8;
+  ASSERT_TRUE(validate_report(mine).empty());
+  ASSERT_TRUE(validate_report(torch).empty());
+  const std::string calls = render_tables({mine, torch}, TableFormat::markdown);
+  EXPECT_TRUE(contains(calls, "| 91.8 | 5.00×† | 2.00× | 8.10× |\n")) << calls;
+  EXPECT_TRUE(contains(calls, "or their samples held different numbers of calls (`calls_per_sample`)"))
+      << calls;
+  torch["experiments"][0]["variants"][0]["calls_per_sample"] = 8;
+  EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::markdown), "†"));
 }
 
 TEST(RenderTables, PytorchColumnsOnlyWhereTheDeviceAndNameMatch) {

@@ -1,5 +1,7 @@
-// TimerPolicy's host-side validation (no GPU needed).
+// TimerPolicy's host-side validation and the rule for calls per graphed sample (no GPU needed).
 #include <gtest/gtest.h>
+
+#include <limits>
 
 #include "suites/gpu_timer.h"
 
@@ -17,6 +19,23 @@ TEST(TimerPolicy, ValidateNamesTheBadField) {
     EXPECT_NE(std::string(e.what()).find("max_samples 2 < min_samples 5"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(TimerPolicy::quick().validate());
+}
+
+TEST(GraphCallsPerSample, FewestCallsReachingTheSampleBytesAtMostTheCap) {
+  constexpr double MiB = 1024.0 * 1024.0;
+  EXPECT_EQ(kGraphSampleBytes, 64 * MiB);
+  EXPECT_EQ(kMaxCallsPerSample, 64);
+  EXPECT_EQ(graph_calls_per_sample(0.0), 1);  // no bytes declared: nothing to base N on
+  EXPECT_EQ(graph_calls_per_sample(-1.0), 1);
+  EXPECT_EQ(graph_calls_per_sample(std::numeric_limits<double>::quiet_NaN()), 1);
+  EXPECT_EQ(graph_calls_per_sample(1024 * MiB), 1);
+  EXPECT_EQ(graph_calls_per_sample(64 * MiB), 1);
+  EXPECT_EQ(graph_calls_per_sample(64 * MiB - 1), 2);
+  EXPECT_EQ(graph_calls_per_sample(32 * MiB), 2);
+  EXPECT_EQ(graph_calls_per_sample(21 * MiB), 4);  // 3 x 21 MiB = 63 MiB falls short
+  EXPECT_EQ(graph_calls_per_sample(1.1 * MiB), 59);
+  EXPECT_EQ(graph_calls_per_sample(1 * MiB), 64);
+  EXPECT_EQ(graph_calls_per_sample(1000.0), 64);
 }
 
 }  // namespace

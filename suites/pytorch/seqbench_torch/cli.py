@@ -101,7 +101,10 @@ def run(args, out):
         for s in suites:
             planned, unmapped = plans[s.name]
             for e, plan, variants in planned:
-                print(f"{s.name}/{e.name}: {' '.join(variants)}" + (" (CUDA graph)" if plan.cuda_graph else ""), file=out)
+                how = ["CUDA graph"] if plan.cuda_graph else []
+                if e.calls_per_sample > 1:
+                    how.append(f"{e.calls_per_sample} calls a sample")
+                print(f"{s.name}/{e.name}: {' '.join(variants)}" + (f" ({', '.join(how)})" if how else ""), file=out)
             for u in unmapped:
                 print(f"{s.name}/{u['experiment']}: {u['reason']}", file=out)
         return 0

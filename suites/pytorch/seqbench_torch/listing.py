@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .errors import RunnerError
 
 LIST_SCHEMA = "seqbench.list/1"
+MAX_CALLS_PER_SAMPLE = 64  # kMaxCallsPerSample, suites/gpu_timer.h
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Experiment:
     baseline: str
     variants: tuple
     inputs: dict = field(default_factory=dict)
+    # Calls per timed sample, each on its own copy of the inputs (seqbench's graph_calls_per_sample,
+    # suites/gpu_timer.h): what seqbench's own samples of this experiment hold.
+    calls_per_sample: int = 1
 
     @property
     def family(self):
@@ -66,6 +70,16 @@ def _run(seqbench, args):
         raise RunnerError(f"'{seqbench} {' '.join(args)}' printed no valid JSON: {e}") from None
 
 
+def calls_per_sample(suite, e):
+    """An experiment's calls_per_sample: an integer in 1..64 (1 when a list predates the field, as
+    that seqbench timed it)."""
+    calls = e.get("calls_per_sample", 1)
+    if isinstance(calls, bool) or not isinstance(calls, int) or not 1 <= calls <= MAX_CALLS_PER_SAMPLE:
+        raise RunnerError(f"seqbench list --json: {suite}/{e['name']}: calls_per_sample {calls!r} is not an integer "
+                          f"in 1..{MAX_CALLS_PER_SAMPLE}")
+    return calls
+
+
 def parse_list(doc):
     """The suites of a `seqbench list --json` document; RunnerError on a layout this runner does not know."""
     if not isinstance(doc, dict) or doc.get("schema") != LIST_SCHEMA:
@@ -78,7 +92,8 @@ def parse_list(doc):
             for e in s["experiments"]:
                 variants = tuple(Variant(v["name"], float(v["bytes"]), float(v["flops"])) for v in e["variants"])
                 experiments.append(
-                    Experiment(s["name"], e["name"], dict(e["params"]), e["baseline"], variants, dict(e.get("inputs", {})))
+                    Experiment(s["name"], e["name"], dict(e["params"]), e["baseline"], variants, dict(e.get("inputs", {})),
+                               calls_per_sample(s["name"], e))
                 )
             suites.append(Suite(s["name"], s["description"], bool(s["needs_gpu"]), tuple(experiments)))
     except (KeyError, TypeError, ValueError) as e:

@@ -8,7 +8,7 @@ from .errors import RunnerError
 from .policy import TimerPolicy
 from .report import finalize_speedups, make_variant, new_report, write_json_atomic
 from .stats import summarize_samples
-from .timing import GraphIncomplete, TorchTimer, graphed, measure_copy_gbps
+from .timing import GraphIncomplete, TorchTimer, graphed, in_turn, measure_copy_gbps
 
 
 def configure(torch, seed):
@@ -32,13 +32,15 @@ def configure(torch, seed):
         functorch_config.donated_buffer = False
 
 
-def measure_variant(torch, timer, plan, work):
-    """Samples of one variant; whether it went through a CUDA graph, and if not, why."""
+def measure_variant(torch, timer, plan, works):
+    """Samples of one variant, whose `works` are its calls on each copy of the inputs (a sample calls
+    each once, as seqbench's do); whether it went through a CUDA graph, and if not, why."""
     note = ""
+    calls = len(works)
     if plan.cuda_graph:
         try:
-            replay, keep = graphed(torch, work)
-            samples = timer.sample_ms(replay)
+            replay, keep = graphed(torch, works)
+            samples = timer.sample_ms(replay, calls)
             del keep
             return samples, True, note
         except Exception as e:  # capture refused (a sync inside, an unsupported op): time it directly
@@ -48,7 +50,7 @@ def measure_variant(torch, timer, plan, work):
             else:
                 note = f"CUDA graph capture failed ({type(e).__name__}: {first}); timed without"
             torch.cuda.synchronize()
-    return timer.sample_ms(work), False, note
+    return timer.sample_ms(in_turn(works), calls), False, note
 
 
 def measure_experiment(torch, timer, e, plan, variants, copy_gbps, log):
@@ -58,19 +60,23 @@ def measure_experiment(torch, timer, e, plan, variants, copy_gbps, log):
     minimal = e.minimal
     entry = {"name": e.name, "params": e.params, "baseline": None, "variants": []}
     failures = []
-    works = plan.build(torch)
+    # As many copies of the inputs as seqbench's samples hold calls (its list says how many), so that
+    # no call of a sample finds its inputs in L2 (suites/gpu_timer.h, graph_calls_per_sample).
+    copies = [plan.build(torch) for _ in range(e.calls_per_sample)]
     for name in variants:
         try:
-            work = works[name]() if plan.lazy else works[name]
-            samples, graph, note = measure_variant(torch, timer, plan, work)
-            del work
+            works = [c[name]() if plan.lazy else c[name] for c in copies]
+            samples, graph, note = measure_variant(torch, timer, plan, works)
+            del works
             v = make_variant(name, summarize_samples(samples), minimal.bytes, minimal.flops, copy_gbps)
             v["cuda_graph"] = graph
+            v["calls_per_sample"] = e.calls_per_sample
             if note or plan.note:
                 v["note"] = "; ".join(x for x in (plan.note, note) if x)
             entry["variants"].append(v)
             log(f"  {e.suite}/{e.name}/{name}: median {v['median_ms']:.4g} ms (p20 {v['p20_ms']:.4g}, p80 "
-                f"{v['p80_ms']:.4g}, {v['samples']} samples{', CUDA graph' if graph else ''})")
+                f"{v['p80_ms']:.4g}, {v['samples']} samples{', CUDA graph' if graph else ''}"
+                f"{f', {e.calls_per_sample} calls a sample' if e.calls_per_sample > 1 else ''})")
         except Exception as ex:
             reason = f"{type(ex).__name__}: {' '.join(str(ex).split())[:300]}"
             failures.append({"experiment": e.name, "variant": name, "reason": f"failed: {reason}"})
@@ -79,7 +85,7 @@ def measure_experiment(torch, timer, e, plan, variants, copy_gbps, log):
             if plan.lazy:
                 gc.collect()
                 torch.cuda.empty_cache()
-    del works
+    del copies
     gc.collect()
     torch.cuda.empty_cache()
     if entry["variants"]:

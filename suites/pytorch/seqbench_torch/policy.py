@@ -2,7 +2,9 @@
 
 1. warm-up runs first (compilation, autotuning, lazy allocation and CUDA-graph capture stay out);
 2. before each sample an L2-sized buffer is overwritten, outside the event pair;
-3. a sample is the time between two CUDA events around `runs_per_sample` calls;
+3. a sample is the time between two CUDA events around the experiment's `calls_per_sample` calls
+   (each on its own copy of the inputs: see suites/gpu_timer.h, graph_calls_per_sample), divided
+   by that count;
 4. sampling stops after `max_samples`, or once `min_samples` are in and `budget_seconds` passed.
 """
 from dataclasses import dataclass
@@ -14,7 +16,6 @@ class TimerPolicy:
     min_samples: int = 10
     max_samples: int = 200
     budget_seconds: float = 1.0
-    runs_per_sample: int = 1
     flush_l2: bool = True
 
     @staticmethod

@@ -18,9 +18,13 @@ class TorchTimer:
             # 64 MiB when torch does not say: more than any current GPU's L2.
             self.flush_buffer = torch.empty(l2 if l2 > 0 else 64 << 20, dtype=torch.uint8, device="cuda")
 
-    def sample_ms(self, work):
-        """Milliseconds per call of `work()` (which enqueues on the current stream), one per sample."""
+    def sample_ms(self, work, calls=1):
+        """Milliseconds per call, one per sample: `work()` enqueues one sample's `calls` calls on the
+        current stream (a graph replay of them, or each copy of an experiment called once), and each
+        sample is divided by `calls`."""
         torch, policy = self.torch, self.policy
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+            raise ValueError(f"calls {calls!r} is not a positive integer")
         # Inputs were made on the default stream: they must be complete before this stream reads them.
         torch.cuda.synchronize()
         # A work whose kernels autograd places on its forward's stream is timed on that stream, so that
@@ -37,34 +41,62 @@ class TorchTimer:
                     # A different byte each time, outside the event pair, as the C++ timer does.
                     self.flush_buffer.fill_(len(samples) & 0xFF)
                 self.start.record(stream)
-                for _ in range(policy.runs_per_sample):
-                    work()
+                work()
                 self.stop.record(stream)
                 self.stop.synchronize()
-                samples.append(self.start.elapsed_time(self.stop) / policy.runs_per_sample)
+                samples.append(self.start.elapsed_time(self.stop) / calls)
                 if policy.done(len(samples), time.monotonic() - begin):
                     return samples
 
 
-def graphed(torch, fn, warmup=3):
-    """`fn` captured once into a CUDA graph; returns (replay, keep) where replay() enqueues the graph
-    on the current stream and `keep` holds the outputs of the capture (their memory is the graph's).
-    Warm-up on a side stream first, as torch.cuda.graphs requires (and so that torch.compile has
-    compiled and autotuned before the capture). A work whose kernels autograd places on a stream of
-    its own (`fn.capture_stream`: the stream its forward ran on, see autograd_variants) is warmed up
-    and captured on that stream, since autograd runs each backward kernel on its forward's stream.
-    Before returning, one replay must rewrite every output (check_replay_writes_outputs)."""
-    side = getattr(fn, "capture_stream", None) or torch.cuda.Stream()
+def capture_stream(works):
+    """The stream the works' kernels must be captured and timed on (`capture_stream`, see
+    autograd_variants), or None; ValueError if the copies of one variant disagree."""
+    streams = [getattr(w, "capture_stream", None) for w in works]
+    if any(s is not streams[0] for s in streams):
+        raise ValueError("the copies of a variant name different capture streams: one graph cannot hold them")
+    return streams[0]
+
+
+def in_turn(works):
+    """One sample's direct calls: each copy's work once, in order (the C++ runner's rotation), on the
+    works' capture stream when they name one."""
+    works = list(works)
+    if len(works) == 1:
+        return works[0]
+
+    def work():
+        return [w() for w in works]
+
+    work.capture_stream = capture_stream(works)
+    return work
+
+
+def graphed(torch, fns, warmup=3):
+    """`fns` (one work, or a list: one per copy of an experiment's inputs, called in order) captured
+    once into a CUDA graph; returns (replay, keep) where replay() enqueues the graph on the current
+    stream and `keep` holds the outputs of the capture (their memory is the graph's). Warm-up on a
+    side stream first, as torch.cuda.graphs requires (and so that torch.compile has compiled and
+    autotuned before the capture), each copy max(1, warmup) times. A work whose kernels autograd
+    places on a stream of its own (`capture_stream`: the stream its forward ran on, see
+    autograd_variants, shared by every copy) is warmed up and captured on that stream, since
+    autograd runs each backward kernel on its forward's stream. Before returning, one replay must
+    rewrite every output (check_replay_writes_outputs)."""
+    fns = list(fns) if isinstance(fns, (list, tuple)) else [fns]
+    side = capture_stream(fns) or torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    warm = None
+    warm = []
     with torch.cuda.stream(side):
-        for _ in range(max(1, warmup)):
-            warm = fn()
+        for fn in fns:
+            for _ in range(max(1, warmup)):
+                out = fn()
+            warm.append(out)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
-        keep = fn()
+        keep = [fn() for fn in fns]
+    keep = keep[0] if len(keep) == 1 else keep
     torch.cuda.synchronize()
     # An output in the same memory as a warm-up call's is not the call's own (a view of an input,
     # say): the graph need not write it, and poisoning it would poison the input.

@@ -81,6 +81,18 @@ class RealList(unittest.TestCase):
             if e.family.startswith("layernorm"):
                 self.assertEqual(e.params.get("eps"), 1e-5, e.name)
 
+    def test_calls_per_sample_come_from_seqbench(self):
+        # Several calls a sample (each on its own copy) only for the operators' small experiments:
+        # fewer bytes, more calls, never above the cap; the runner uses seqbench's numbers as they are.
+        for suite in ("trainer", "layers"):
+            self.assertTrue(all(e.calls_per_sample == 1 for e in self.suites[suite].experiments), suite)
+        ops = sorted(self.suites["operators"].experiments, key=lambda e: e.minimal.bytes)
+        self.assertGreater(ops[0].calls_per_sample, 1)
+        self.assertEqual(ops[-1].calls_per_sample, 1)
+        for small, large in zip(ops, ops[1:]):
+            self.assertGreaterEqual(small.calls_per_sample, large.calls_per_sample, (small.name, large.name))
+        self.assertTrue(all(1 <= e.calls_per_sample <= listing.MAX_CALLS_PER_SAMPLE for e in ops))
+
     def test_trainer_lists_its_tensors(self):
         for e in self.suites["trainer"].experiments:
             elements = e.inputs["tensor_elements"]
@@ -97,12 +109,26 @@ class ParseList(unittest.TestCase):
         with self.assertRaisesRegex(RunnerError, "unexpected layout"):
             listing.parse_list({"schema": "seqbench.list/1", "suites": [{"name": "x"}]})
 
+    def test_calls_per_sample_is_checked(self):
+        def doc(calls):
+            e = {"name": "dropout_fwd/f32/elements=8", "params": {}, "baseline": "unfused",
+                 "variants": [{"name": "unfused", "bytes": 64, "flops": 0}], "calls_per_sample": calls}
+            return {"schema": "seqbench.list/1",
+                    "suites": [{"name": "operators", "description": "", "needs_gpu": True, "experiments": [e]}]}
+
+        self.assertEqual(listing.parse_list(doc(64))[0].experiments[0].calls_per_sample, 64)
+        for bad in (0, 65, 2.0, "3", True, None):
+            with self.assertRaisesRegex(RunnerError, r"operators/dropout_fwd/f32/elements=8: calls_per_sample .* is not "
+                                                     r"an integer in 1\.\.64"):
+                listing.parse_list(doc(bad))
+
     def test_inputs_are_optional(self):
         doc = {"schema": "seqbench.list/1", "suites": [{"name": "operators", "description": "", "needs_gpu": True,
                "experiments": [{"name": "dropout_fwd/f32/elements=8", "params": {"elements": 8, "p": 0.1, "dtype": "f32"},
                                 "baseline": "unfused", "variants": [{"name": "unfused", "bytes": 64, "flops": 0}]}]}]}
         (suite,) = listing.parse_list(json.loads(json.dumps(doc)))
         self.assertEqual(suite.experiments[0].inputs, {})
+        self.assertEqual(suite.experiments[0].calls_per_sample, 1)  # a list that predates the field
         self.assertEqual(suite.experiments[0].family, "dropout_fwd")
 
 

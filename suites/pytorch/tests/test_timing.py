@@ -1,11 +1,14 @@
 """The CUDA-graph helpers of seqbench_torch/timing.py on a stand-in torch (no torch or GPU needed):
-a capture goes on the stream autograd will use, and a graph whose replay leaves an output unwritten
-is refused rather than timed doing less work than a call."""
+a capture goes on the stream autograd will use, a graph whose replay leaves an output unwritten
+is refused rather than timed doing less work than a call, and a sample holds one call of each copy
+of an experiment's inputs and is divided by their count."""
 import math
 import unittest
 
 from tests import support  # noqa: F401  (puts the runner on sys.path)
-from seqbench_torch.timing import GraphIncomplete, check_replay_writes_outputs, graphed
+from seqbench_torch.families.common import forward_stream
+from seqbench_torch.policy import TimerPolicy
+from seqbench_torch.timing import GraphIncomplete, TorchTimer, check_replay_writes_outputs, graphed, in_turn
 
 
 class FakeTensor:
@@ -58,6 +61,9 @@ class FakeStream:
     def wait_stream(self, other):
         pass
 
+    def synchronize(self):
+        pass
+
 
 class FakeTorch:
     """torch.Tensor, torch.isnan and the torch.cuda calls graphed() makes; it records which stream
@@ -99,6 +105,21 @@ class FakeTorch:
             class CUDAGraph:
                 def replay(self):
                     fake.replay()
+
+            class Event:
+                """Every event pair is 6 ms apart."""
+
+                def __init__(self, enable_timing=False):
+                    pass
+
+                def record(self, stream=None):
+                    pass
+
+                def synchronize(self):
+                    pass
+
+                def elapsed_time(self, other):
+                    return 6.0
 
             class graph:
                 def __init__(self, g, stream=None):
@@ -209,6 +230,78 @@ class CaptureStream(unittest.TestCase):
         torch, calls = self.run_graphed(None)
         self.assertEqual(torch.captured_on, "side1")
         self.assertEqual(calls[:3], ["side1"] * 3)
+
+
+class Copies(unittest.TestCase):
+    """An experiment with calls_per_sample copies: one graph holds each copy's call once, in order."""
+
+    def works(self, n, stream=None):
+        outs = [None] * n  # each copy's latest output: a fresh tensor every call, as torch's ops make
+        calls = []
+
+        def make(i):
+            def work():
+                calls.append(i)
+                outs[i] = FakeTensor([float(i)])
+                return outs[i]
+
+            if stream is not None:
+                work.capture_stream = stream
+            return work
+
+        return [make(i) for i in range(n)], outs, calls
+
+    def test_each_copy_is_warmed_up_then_captured_once_in_order(self):
+        works, outs, calls = self.works(3)
+
+        def replay():
+            for i, o in enumerate(outs):
+                o.values = [float(i)]
+
+        replay_fn, (graph, keep) = graphed(FakeTorch(replay), works, warmup=2)
+        self.assertEqual(calls, [0, 0, 1, 1, 2, 2, 0, 1, 2])  # warm-ups per copy, then the capture
+        self.assertEqual(len(keep), 3)
+
+    def test_a_copy_the_replay_leaves_alone_is_refused(self):
+        works, outs, calls = self.works(3)
+
+        def replay():  # copy 2's call missing from the graph
+            outs[0].values, outs[1].values = [0.0], [1.0]
+
+        with self.assertRaisesRegex(GraphIncomplete, r"output 2: 1 of 1 elements"):
+            graphed(FakeTorch(replay), works, warmup=1)
+
+    def test_copies_share_the_autograd_forward_stream(self):
+        torch = FakeTorch(lambda: None)
+        self.assertIs(forward_stream(torch), forward_stream(torch))
+        self.assertIsNot(forward_stream(torch), forward_stream(FakeTorch(lambda: None)))
+        works, outs, calls = self.works(2, FakeStream("forward's"))
+        works[1].capture_stream = FakeStream("another")
+        with self.assertRaisesRegex(ValueError, "different capture streams"):
+            graphed(torch, works, warmup=1)
+        with self.assertRaisesRegex(ValueError, "different capture streams"):
+            in_turn(works)
+
+    def test_in_turn_calls_each_copy_once_on_their_stream(self):
+        stream = FakeStream("forward's")
+        works, outs, calls = self.works(3, stream)
+        work = in_turn(works)
+        self.assertIs(work.capture_stream, stream)
+        work()
+        self.assertEqual(calls, [0, 1, 2])
+        self.assertIs(in_turn(works[:1]), works[0])
+
+    def test_a_sample_is_divided_by_its_calls(self):
+        torch = FakeTorch(lambda: None)
+        timer = TorchTimer(torch, TimerPolicy(warmup_runs=2, min_samples=4, max_samples=4, flush_l2=False))
+        enqueued = []
+        samples = timer.sample_ms(lambda: enqueued.append(torch.current.name), 3)
+        self.assertEqual(samples, [2.0] * 4)  # 6 ms an event pair, 3 calls in it
+        self.assertEqual(len(enqueued), 2 + 4)  # warm-ups, then one enqueue a sample
+        self.assertEqual(timer.sample_ms(lambda: None), [6.0] * 4)
+        for bad in (0, -1, 1.5, True):
+            with self.assertRaisesRegex(ValueError, "calls"):
+                timer.sample_ms(lambda: None, bad)
 
 
 if __name__ == "__main__":

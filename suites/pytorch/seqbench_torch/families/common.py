@@ -94,11 +94,12 @@ def autograd_variants(torch, forward, args, wrt):
     stream of its own, named by each work's `capture_stream`: a CUDA graph is captured on that stream
     (timing.graphed), where the backward's kernels land; direct timing on another stream still
     brackets them, autograd ordering the backward after the caller's stream and the caller's stream
-    after the backward."""
+    after the backward. The stream is one for the whole run (forward_stream), so that the copies of
+    an experiment (its calls_per_sample builds) can be captured into one graph."""
     leaves = [a.detach().requires_grad_(True) if i in wrt else a for i, a in enumerate(args)]
     inputs = [leaves[i] for i in wrt]
     compiled = torch.compile(forward, dynamic=False, fullgraph=True)
-    stream = torch.cuda.Stream()
+    stream = forward_stream(torch)
     torch.cuda.synchronize()  # the inputs were made on the default stream
     works = {}
     for name, fn in ((EAGER, forward), (COMPILE, compiled)):
@@ -113,6 +114,17 @@ def autograd_variants(torch, forward, args, wrt):
         work.capture_stream = stream
         works[name] = work
     return works
+
+
+_FORWARD_STREAMS = {}
+
+
+def forward_stream(torch):
+    """The one stream autograd_variants runs its forwards on, per torch module (tests use stand-ins)."""
+    key = id(torch)
+    if key not in _FORWARD_STREAMS:
+        _FORWARD_STREAMS[key] = (torch, torch.cuda.Stream())  # the module kept alive with its id
+    return _FORWARD_STREAMS[key][1]
 
 
 def operator_plan(build, note=""):
