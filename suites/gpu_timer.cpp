@@ -60,7 +60,8 @@ void require_calls(int calls_per_sample) {
 std::vector<double> GpuTimer::sample_ms(const std::function<void(cudaStream_t)>& work, int calls_per_sample) {
   require_calls(calls_per_sample);
   SEQBENCH_NVTX_RANGE("timer_sample");
-  for (int i = 0; i < policy_.warmup_runs; ++i) work(stream());
+  // A round of warm-up is one sample's calls: a work rotating over copies warms every copy.
+  for (int i = 0; i < policy_.warmup_runs * calls_per_sample; ++i) work(stream());
   stream_.synchronize();
   return collect(
       [&] {
@@ -100,8 +101,9 @@ std::size_t device_operations(cudaGraph_t graph) {
 GpuTimer::GraphExec GpuTimer::capture(const std::function<void(cudaStream_t)>& work, int calls,
                                       std::string& why) {
   // First calls (module loading, cuBLASLt and CUB queries, tuners) run outside the capture: at
-  // least one, whatever the policy's warm-up.
-  for (int i = 0; i < std::max(1, policy_.warmup_runs); ++i) work(stream());
+  // least one round of `calls` calls (each copy of a rotating work once), whatever the policy's
+  // warm-up.
+  for (int i = 0; i < std::max(1, policy_.warmup_runs) * calls; ++i) work(stream());
   stream_.synchronize();
   // An error the work left unchecked is the work's, not the capture's.
   SEQBENCH_CUDA_CHECK(cudaGetLastError());

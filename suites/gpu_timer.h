@@ -1,7 +1,8 @@
 // The one GPU timer. Every suite's experiments are timed through it; nothing else times.
 //
 // It follows nvbench's rules (and ../shared/ANCHORS.md, "Measurement rules"):
-//   1. warm-up runs first, so module load, lazy allocation and autotuning stay out of the samples;
+//   1. warm-up runs first, so module load, lazy allocation and autotuning stay out of the samples
+//      (`warmup_runs` rounds of one sample's calls, so a work rotating over copies warms each);
 //   2. before each sample an L2-sized buffer is overwritten (cudaMemsetAsync), outside the event
 //      pair, so every sample starts with a cold L2 as a real training step would;
 //   3. each sample is the time between two CUDA events recorded on the timer's stream around
@@ -56,7 +57,8 @@ struct TimerPolicy {
 // is N calls, each on its own copy of the inputs and outputs (the runner prepares the experiment N
 // times), after the usual L2 flush: every call reads cold data, as one call after a flush would.
 // N is the fewest calls whose minimal traffic reaches kGraphSampleBytes (about 20 us at an H100's
-// 3 TB/s copy rate), at most kMaxCallsPerSample; 1 for an experiment moving that much or more, or
+// 3 TB/s copy rate), at most kMaxCallsPerSample (below 1 MiB a call the sample moves less, but
+// every call still reads cold data); 1 for an experiment moving that much or more, or
 // declaring no bytes. It depends only on the bytes, so `seqbench list --json` states it and the
 // PyTorch runner times torch's ops with the same N.
 inline constexpr double kGraphSampleBytes = 64.0 * 1024 * 1024;
@@ -85,9 +87,10 @@ class GpuTimer {
   std::vector<double> sample_ms(const std::function<void(cudaStream_t)>& work, int calls_per_sample = 1);
 
   // sample_ms(work, calls_per_sample), or with cuda_graph the same samples taken from replays of
-  // one captured graph of `calls_per_sample` calls (rule 5 above), after max(1, warmup_runs)
-  // direct calls; a work that cannot be captured, or whose graph cannot be instantiated, falls
-  // back to sample_ms, with the reason in the note. Errors of the work itself still throw.
+  // one captured graph of `calls_per_sample` calls (rule 5 above), after max(1, warmup_runs) rounds
+  // of `calls_per_sample` direct calls; a work that cannot be captured, or whose graph cannot be
+  // instantiated, falls back to sample_ms, with the reason in the note. Errors of the work itself still
+  // throw.
   TimedSamples sample(const std::function<void(cudaStream_t)>& work, bool cuda_graph,
                       int calls_per_sample = 1);
 

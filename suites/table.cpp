@@ -135,16 +135,18 @@ class TorchIndex {
                               experiment.at("name").get<std::string>()));
     if (it == experiments_.end()) return out;
     const double mine = variant.at("median_ms").get<double>();
-    // Timed differently: one side replayed a graph and the other did not, or their samples bracketed
-    // different numbers of calls. A field one side lacks (an older report) decides nothing.
-    const auto differ = [](const json& a, const json& b, const char* key) {
-      return a.contains(key) && b.contains(key) && a.at(key) != b.at(key);
+    // Timed differently: one side replayed a graph and the other did not (a side that does not say
+    // decides nothing), or their samples bracketed different numbers of calls (a report older than
+    // calls_per_sample timed one call a sample).
+    const auto graph_differs = [](const json& a, const json& b) {
+      return a.contains("cuda_graph") && b.contains("cuda_graph") && a.at("cuda_graph") != b.at("cuda_graph");
     };
+    const auto calls = [](const json& v) { return v.value("calls_per_sample", 1); };
     for (std::size_t c = 0; c < columns.size(); ++c)
       for (const json& torch : it->second->at("variants"))
         if (torch.at("name") == columns[c])
           out[c] = Ratio{torch.at("median_ms").get<double>() / mine,
-                         differ(torch, variant, "cuda_graph") || differ(torch, variant, "calls_per_sample")};
+                         graph_differs(torch, variant) || calls(torch) != calls(variant)};
     return out;
   }
 

@@ -85,24 +85,24 @@ TEST(GpuTimerGpu, GraphReplaysExactlyTheCapturedCalls) {
       true, 3);
   ASSERT_TRUE(t.cuda_graph) << t.note;
   ASSERT_EQ(t.ms.size(), 5u);
-  // 2 direct warm-up calls; the capture itself runs nothing; a graph of 3 calls replayed
-  // max(1, warmup_runs) = 2 times warm, then once per sample.
+  // 2 rounds of 3 direct warm-up calls; the capture itself runs nothing; a graph of 3 calls
+  // replayed max(1, warmup_runs) = 2 times warm, then once per sample.
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(counter.copy_to_host().at(0), 2u + 3u * 2u + 3u * 5u);
+  EXPECT_EQ(counter.copy_to_host().at(0), 2u * 3u + 3u * 2u + 3u * 5u);
   // Direct timing of the same work: warm-up plus calls_per_sample calls per sample.
   counter.fill_bytes(0);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   const TimedSamples d = timer.sample([c](cudaStream_t s) { increment_kernel<<<1, 1, 0, s>>>(c); }, false, 3);
   EXPECT_FALSE(d.cuda_graph);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(counter.copy_to_host().at(0), 2u + 3u * 5u);
+  EXPECT_EQ(counter.copy_to_host().at(0), 2u * 3u + 3u * 5u);
   EXPECT_THROW((void)timer.sample([c](cudaStream_t s) { increment_kernel<<<1, 1, 0, s>>>(c); }, true, 0),
                Error);
 }
 
 // The runner's rotating work (suites/runner.cpp): each call runs the next copy of an experiment.
-// A graph of N calls must hold each copy once, whichever copy the warm-up stopped at, and so must
-// every directly timed sample.
+// The warm-up must reach every copy, and a graph of N calls must hold each copy once, whichever
+// copy the rotation stands at, and so must every directly timed sample.
 TEST(GpuTimerGpu, EverySampleCallsEachRotatingCopyOnce) {
   SEQBENCH_REQUIRE_GPU();
   TimerPolicy policy = sampling(5, 5);
@@ -114,7 +114,7 @@ TEST(GpuTimerGpu, EverySampleCallsEachRotatingCopyOnce) {
     counters.fill_bytes(0);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
     unsigned* c = counters.data();
-    int next = 0;
+    int next = 1;  // not at a round's start, as after an earlier variant's calls
     const TimedSamples t = timer.sample(
         [c, &next](cudaStream_t s) {
           increment_kernel<<<1, 1, 0, s>>>(c + next++ % kCopies);
@@ -123,10 +123,10 @@ TEST(GpuTimerGpu, EverySampleCallsEachRotatingCopyOnce) {
         graph, kCopies);
     ASSERT_EQ(t.cuda_graph, graph) << t.note;
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-    // Warm-up: copies 0 and 1 once. Graph: captured from copy 2 on (2, 0, 1), replayed 2 warm + 5
-    // sampled times. Direct: 5 samples of 3 consecutive calls.
-    const unsigned runs = graph ? 2u + 5u : 5u;
-    EXPECT_EQ(counters.copy_to_host(), (std::vector<unsigned>{1u + runs, 1u + runs, runs})) << graph;
+    // Warm-up: 2 rounds of 3 calls, each copy twice. Graph: captured from copy 1 on (1, 2, 0),
+    // replayed 2 warm + 5 sampled times. Direct: 5 samples of 3 consecutive calls.
+    const unsigned each = 2u + (graph ? 2u + 5u : 5u);
+    EXPECT_EQ(counters.copy_to_host(), (std::vector<unsigned>{each, each, each})) << graph;
   }
 }
 

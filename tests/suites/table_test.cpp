@@ -299,6 +299,7 @@ TEST(RenderTables, MarksSpeedupsWhoseTwoSidesWereTimedDifferently) {
   for (json& v : mine["experiments"][0]["variants"]) v["calls_per_sample"] = 8;
   torch["experiments"][0]["variants"][0]["calls_per_sample"] = 1;
   torch["experiments"][0]["variants"][1]["calls_per_sample"] = 8;
+  torch["experiments"][0]["variants"][2]["calls_per_sample"] = 8;
   ASSERT_TRUE(validate_report(mine).empty());
   ASSERT_TRUE(validate_report(torch).empty());
   const std::string calls = render_tables({mine, torch}, TableFormat::markdown);
@@ -306,6 +307,14 @@ TEST(RenderTables, MarksSpeedupsWhoseTwoSidesWereTimedDifferently) {
   EXPECT_TRUE(contains(calls, "or their samples held different numbers of calls (`calls_per_sample`)"))
       << calls;
   torch["experiments"][0]["variants"][0]["calls_per_sample"] = 8;
+  EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::markdown), "†"));
+  // A report older than the field timed one call a sample: against 8 that differs, against 1 not.
+  torch["experiments"][0]["variants"][0].erase("calls_per_sample");
+  EXPECT_TRUE(
+      contains(render_tables({mine, torch}, TableFormat::markdown), "| 91.8 | 5.00×† | 2.00× | 8.10× |\n"));
+  for (json& v : mine["experiments"][0]["variants"]) v["calls_per_sample"] = 1;
+  torch["experiments"][0]["variants"][1]["calls_per_sample"] = 1;
+  torch["experiments"][0]["variants"][2].erase("calls_per_sample");
   EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::markdown), "†"));
 }
 

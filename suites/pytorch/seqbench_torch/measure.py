@@ -53,6 +53,10 @@ def measure_variant(torch, timer, plan, works):
     return timer.sample_ms(in_turn(works), calls), False, note
 
 
+def failure_reason(ex):
+    return f"{type(ex).__name__}: {' '.join(str(ex).split())[:300]}"
+
+
 def measure_experiment(torch, timer, e, plan, variants, copy_gbps, log):
     import torch._dynamo as dynamo
 
@@ -61,8 +65,17 @@ def measure_experiment(torch, timer, e, plan, variants, copy_gbps, log):
     entry = {"name": e.name, "params": e.params, "baseline": None, "variants": []}
     failures = []
     # As many copies of the inputs as seqbench's samples hold calls (its list says how many), so that
-    # no call of a sample finds its inputs in L2 (suites/gpu_timer.h, graph_calls_per_sample).
-    copies = [plan.build(torch) for _ in range(e.calls_per_sample)]
+    # no call of a sample finds its inputs in L2 (suites/gpu_timer.h, graph_calls_per_sample). A copy
+    # that cannot be built (memory, a compile error) fails this experiment's variants, not the run.
+    try:
+        copies = [plan.build(torch) for _ in range(e.calls_per_sample)]
+    except Exception as ex:
+        reason = failure_reason(ex)
+        log(f"  {e.suite}/{e.name}: FAILED building {e.calls_per_sample} cop{'y' if e.calls_per_sample == 1 else 'ies'} "
+            f"of its inputs: {reason}")
+        gc.collect()
+        torch.cuda.empty_cache()
+        return None, [{"experiment": e.name, "variant": name, "reason": f"failed: {reason}"} for name in variants]
     for name in variants:
         try:
             works = [c[name]() if plan.lazy else c[name] for c in copies]
@@ -78,7 +91,7 @@ def measure_experiment(torch, timer, e, plan, variants, copy_gbps, log):
                 f"{v['p80_ms']:.4g}, {v['samples']} samples{', CUDA graph' if graph else ''}"
                 f"{f', {e.calls_per_sample} calls a sample' if e.calls_per_sample > 1 else ''})")
         except Exception as ex:
-            reason = f"{type(ex).__name__}: {' '.join(str(ex).split())[:300]}"
+            reason = failure_reason(ex)
             failures.append({"experiment": e.name, "variant": name, "reason": f"failed: {reason}"})
             log(f"  {e.suite}/{e.name}/{name}: FAILED {reason}")
         finally:

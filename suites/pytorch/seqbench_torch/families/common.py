@@ -91,7 +91,7 @@ def autograd_variants(torch, forward, args, wrt):
     grad; each work() is then torch.autograd.grad(out, those args, dout, retain_graph=True), i.e. the
     eager backward kernels or the compiled (AOTAutograd) backward graph.
     Autograd runs each backward kernel on the stream its forward ran on, so the forward runs on a
-    stream of its own, named by each work's `capture_stream`: a CUDA graph is captured on that stream
+    stream other than the timer's, named by each work's `capture_stream`: a CUDA graph is captured on that stream
     (timing.graphed), where the backward's kernels land; direct timing on another stream still
     brackets them, autograd ordering the backward after the caller's stream and the caller's stream
     after the backward. The stream is one for the whole run (forward_stream), so that the copies of
