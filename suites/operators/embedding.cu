@@ -212,20 +212,26 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
     st->pos_rows = learned ? shape.num_positions : config.position_offset + shape.len;
     st->tokens = DeviceBuffer<std::int32_t>(host_tokens);
     st->positions = DeviceBuffer<std::int32_t>(n);
-    st->token_table = DeviceBuffer<T>(static_cast<std::size_t>(shape.vocab) * h);
-    fill(st->token_table, kBenchSeed + 1, -1.0f, 1.0f);
-    st->position_table = learned ? DeviceBuffer<T>(static_cast<std::size_t>(st->pos_rows) * h)
-                                 : DeviceBuffer<T>(sinusoid_table<T>(st->pos_rows, shape.hidden));
-    if (learned) fill(st->position_table, kBenchSeed + 2, -1.0f, 1.0f);
+    // Only what the direction's variants use: the runner may hold up to kMaxCallsPerSample copies,
+    // and a vocab x hidden table is the largest buffer here.
+    if (!backward) {
+      st->token_table = DeviceBuffer<T>(static_cast<std::size_t>(shape.vocab) * h);
+      fill(st->token_table, kBenchSeed + 1, -1.0f, 1.0f);
+      st->position_table = learned ? DeviceBuffer<T>(static_cast<std::size_t>(st->pos_rows) * h)
+                                   : DeviceBuffer<T>(sinusoid_table<T>(st->pos_rows, shape.hidden));
+      if (learned) fill(st->position_table, kBenchSeed + 2, -1.0f, 1.0f);
+      st->tmp3 = DeviceBuffer<T>(n * h);
+    } else {
+      st->d_tok = DeviceBuffer<T>(static_cast<std::size_t>(shape.vocab) * h);
+      st->d_pos = DeviceBuffer<T>(learned ? static_cast<std::size_t>(shape.num_positions) * h : 0);
+      st->workspace =
+          DeviceBuffer<unsigned char>(kernels::embedding_bwd_sorted_workspace_bytes(shape, config));
+    }
     st->out = DeviceBuffer<T>(n * h);  // y, or dy for backward
     if (backward) fill(st->out, kBenchSeed + 3, -1.0f, 1.0f);
     st->tmp = DeviceBuffer<T>(n * h);
     st->tmp2 = DeviceBuffer<T>(n * h);
-    st->tmp3 = DeviceBuffer<T>(n * h);
     st->mask = DeviceBuffer<std::uint8_t>(n * h);
-    st->d_tok = DeviceBuffer<T>(static_cast<std::size_t>(shape.vocab) * h);
-    st->d_pos = DeviceBuffer<T>(learned ? static_cast<std::size_t>(shape.num_positions) * h : 0);
-    st->workspace = DeviceBuffer<unsigned char>(kernels::embedding_bwd_sorted_workspace_bytes(shape, config));
     st->positions_ws =
         DeviceBuffer<unsigned char>(std::max(kernels::embedding_fwd_workspace_bytes(shape, config),
                                              kernels::embedding_bwd_atomic_workspace_bytes(shape, config)));
