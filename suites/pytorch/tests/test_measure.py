@@ -1,0 +1,101 @@
+"""measure_experiment on a stand-in torch (no torch or GPU needed): an experiment is built as many
+times as seqbench's samples hold calls, each sample calls every copy once and is divided by their
+count, a graph that leaves a copy's output unwritten is timed directly with the reason, and a copy
+that cannot be built fails the experiment's variants without ending the run."""
+import sys
+import types
+import unittest
+from unittest import mock
+
+from tests import support  # noqa: F401  (puts the runner on sys.path)
+from tests.test_timing import FakeTensor, FakeTorch
+from seqbench_torch import listing
+from seqbench_torch.families.common import COMPILE, EAGER, Plan
+from seqbench_torch.measure import measure_experiment
+
+
+class FakeTimer:
+    """Calls the work once a sample, three samples of 6 ms an event pair, divided by `calls`."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sample_ms(self, work, calls=1):
+        self.calls.append(calls)
+        work()
+        return [6.0 / calls] * 3
+
+
+def experiment(calls):
+    return listing.Experiment("operators", "dropout_fwd/f32/elements=8", {}, "unfused",
+                              (listing.Variant("unfused", 100.0, 0.0),), {}, calls)
+
+
+class MeasureExperiment(unittest.TestCase):
+    def setUp(self):
+        self.torch = FakeTorch(lambda: None)  # a replay that writes nothing: every graph is refused
+        self.torch.cuda.empty_cache = staticmethod(lambda: None)
+        self.built = 0
+        self.ran = []  # (variant, copy) of every call
+        dynamo = types.ModuleType("torch._dynamo")
+        dynamo.reset = lambda: None
+        self.modules = mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch"), "torch._dynamo": dynamo})
+        self.modules.start()
+        self.addCleanup(self.modules.stop)
+
+    def plan(self, graph, fail_at=None):
+        def build(torch):
+            copy = self.built
+            if copy == fail_at:
+                raise MemoryError("CUDA out of memory")
+            self.built += 1
+
+            def work(name):
+                def call():
+                    self.ran.append((name, copy))
+                    return FakeTensor([1.0])  # a fresh output every call, as torch's ops make
+
+                return call
+
+            return {EAGER: work(EAGER), COMPILE: work(COMPILE)}
+
+        return Plan((EAGER, COMPILE), graph, build)
+
+    def measure(self, calls, plan):
+        lines = []
+        entry, failures = measure_experiment(self.torch, FakeTimer(), experiment(calls), plan, (EAGER, COMPILE),
+                                             3000.0, lines.append)
+        return entry, failures, lines
+
+    def test_a_sample_calls_every_copy_once_and_is_divided_by_their_count(self):
+        entry, failures, lines = self.measure(3, self.plan(graph=False))
+        self.assertEqual(failures, [])
+        self.assertEqual(self.built, 3)
+        # One enqueue a sample (FakeTimer takes one): every copy once, in order.
+        self.assertEqual(self.ran, [(EAGER, 0), (EAGER, 1), (EAGER, 2), (COMPILE, 0), (COMPILE, 1), (COMPILE, 2)])
+        for v in entry["variants"]:
+            self.assertEqual(v["calls_per_sample"], 3)
+            self.assertEqual(v["median_ms"], 2.0)
+            self.assertFalse(v["cuda_graph"])
+        self.assertIn("3 calls a sample", lines[0])
+
+    def test_a_graph_missing_a_copys_output_is_timed_directly_with_the_reason(self):
+        entry, failures, lines = self.measure(2, self.plan(graph=True))
+        self.assertEqual(failures, [])
+        for v in entry["variants"]:
+            self.assertFalse(v["cuda_graph"])
+            self.assertRegex(v["note"], r"^CUDA graph refused \(a replay of the captured graph left outputs unwritten "
+                                        r"\(output 0: 1 of 1 elements; output 1: 1 of 1 elements\)")
+            self.assertEqual(v["calls_per_sample"], 2)
+
+    def test_a_copy_that_cannot_be_built_fails_the_experiment_not_the_run(self):
+        entry, failures, lines = self.measure(4, self.plan(graph=False, fail_at=2))
+        self.assertIsNone(entry)
+        self.assertEqual([f["variant"] for f in failures], [EAGER, COMPILE])
+        self.assertTrue(all(f["reason"] == "failed: MemoryError: CUDA out of memory" for f in failures))
+        self.assertEqual(self.ran, [])
+        self.assertIn("FAILED building 4 copies of its inputs: MemoryError", lines[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
