@@ -143,8 +143,13 @@ fi
 if [ ! -x "$bin" ]; then
   step seqbench "NOT BUILT: run, dump, torch and tables are skipped"
 fi
-[ -f "$out/build.log" ] &&
-  grep -E "spill|Used [0-9]+ registers" "$out/build.log" | sort | uniq -c | sort -rn | head -n 40 >"$out/ptxas-summary.txt"
+# ptxas -v of every kernel this call compiled: registers, stack and spills a kernel, in ptxas.md
+# (tools/ptxas_report.py); a spill is named in the summary.
+if [ -f "$out/build.log" ]; then
+  python3 tools/ptxas_report.py "$out/build.log" --markdown "$out/ptxas.md" >"$out/ptxas-summary.txt" 2>&1
+  step ptxas "$(head -n 1 "$out/ptxas-summary.txt")"
+  tail -n +2 "$out/ptxas-summary.txt" | head -n 20
+fi
 
 if want test; then
   timeout "$(left)" ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" \
