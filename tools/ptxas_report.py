@@ -10,8 +10,8 @@ passes -Xptxas -v, so its log holds, for every function ptxas compiles:
     ptxas info    : Used 40 registers, used 1 barriers, 400 bytes cmem[0]
 
 This reads such a log and prints one line of summary; with --markdown it also writes a table, one
-row per kernel (the same kernel compiled in several objects is one row, with its largest
-numbers). It exits 1 when any function spills: a spill in a memory-bound kernel is traffic the
+row per function (the same function compiled in several objects, or for several architectures, is
+one row with its largest numbers; its architectures are listed). It exits 1 when any function spills: a spill in a memory-bound kernel is traffic the
 minimal-bytes model does not count, and it is read at every GPU build rather than by hand.
 Standard library only; names are demangled through c++filt where it exists.
 
@@ -40,7 +40,7 @@ class Function:
         self.stack = 0
         self.spill_stores = 0
         self.spill_loads = 0
-        self.objects = 0  # how many times ptxas reported it (one per object that compiles it)
+        self.compiles = 0  # how many times ptxas compiled it as an entry (objects x architectures)
 
     @property
     def spills(self):
@@ -64,7 +64,7 @@ def parse(lines):
             entry = get(m.group(1))
             entry.entry = True
             entry.archs.add(m.group(2))
-            entry.objects += 1
+            entry.compiles += 1
             continue
         m = PROPERTIES.search(line)
         if m:
@@ -125,12 +125,12 @@ def markdown(functions, names):
 
     rows = sorted(functions.values(), key=lambda f: (-f.spills, -f.stack, names[f.name]))
     out = [summary(functions), "",
-           "| function | kernel | arch | registers | stack B | spill stores B | spill loads B | objects |",
+           "| function | kernel | arch | registers | stack B | spill stores B | spill loads B | compiles |",
            "|---|---|---|---:|---:|---:|---:|---:|"]
     for f in rows:
         out.append(f"| `{cell(names[f.name])}` | {'yes' if f.entry else 'no'} | {', '.join(sorted(f.archs)) or '—'} | "
                    f"{f.registers if f.registers is not None else '—'} | {f.stack} | {f.spill_stores} | "
-                   f"{f.spill_loads} | {f.objects or '—'} |")
+                   f"{f.spill_loads} | {f.compiles or '—'} |")
     return "\n".join(out) + "\n"
 
 
@@ -140,6 +140,7 @@ def write_atomic(path, text):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600: a report is for reading
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

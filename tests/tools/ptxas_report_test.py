@@ -23,13 +23,15 @@ ptxas info    : Compiling entry function '{LN}' for 'sm_90'
 ptxas info    : Function properties for {LN}
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 40 registers, used 1 barriers, 400 bytes cmem[0]
+ptxas info    : Compile time = 17.633 ms
 [13/40] Building CUDA object kernels/CMakeFiles/seqbench_kernels.dir/softmax.cu.o
 ptxas info    : Function properties for {HELPER}
     16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Compiling entry function '{SM}' for 'sm_90'
 ptxas info    : Function properties for {SM}
     24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
-ptxas info    : Used 255 registers, used 1 barriers, 380 bytes cmem[0]
+ptxas info    : Used 255 registers, used 1 barriers, 24 bytes cumulative stack size
+ptxas info    : Compile time = 120.5 ms
 [20/40] Building CUDA object tests/kernels/CMakeFiles/x.dir/layernorm_test.cu.o
 ptxas info    : Compiling entry function '{LN}' for 'sm_90'
 ptxas info    : Function properties for {LN}
@@ -62,7 +64,7 @@ class PtxasReport(unittest.TestCase):
         ln, sm, helper = functions[LN], functions[SM], functions[HELPER]
         self.assertTrue(ln.entry and sm.entry)
         self.assertFalse(helper.entry)
-        self.assertEqual((ln.registers, ln.objects, ln.spills, ln.stack), (42, 2, 0, 0))
+        self.assertEqual((ln.registers, ln.compiles, ln.spills, ln.stack), (42, 2, 0, 0))
         self.assertEqual((sm.registers, sm.stack, sm.spill_stores, sm.spill_loads), (255, 24, 8, 12))
         self.assertEqual((helper.registers, helper.stack), (None, 16))
         self.assertEqual(ptxas_report.summary(functions),
@@ -77,6 +79,7 @@ class PtxasReport(unittest.TestCase):
         self.assertEqual(len(lines), 2)
         self.assertIn("spills 8 B stored / 12 B loaded: ", lines[1])
         self.assertIn("softmax_kernel", lines[1])
+        self.assertEqual(os.stat(table).st_mode & 0o777, 0o644)
         with open(table, encoding="utf-8") as f:
             rows = [r for r in f.read().splitlines() if r.startswith("| `")]
         self.assertEqual(len(rows), 3)

@@ -33,7 +33,9 @@ def experiment(calls):
 
 class MeasureExperiment(unittest.TestCase):
     def setUp(self):
-        self.torch = FakeTorch(lambda: None)  # a replay that writes nothing: every graph is refused
+        self.latest = {}  # (variant, copy) -> that call's latest output
+        self.replay_writes = False  # whether a graph replay rewrites the captured outputs
+        self.torch = FakeTorch(self.replay)
         self.torch.cuda.empty_cache = staticmethod(lambda: None)
         self.built = 0
         self.ran = []  # (variant, copy) of every call
@@ -42,6 +44,12 @@ class MeasureExperiment(unittest.TestCase):
         self.modules = mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch"), "torch._dynamo": dynamo})
         self.modules.start()
         self.addCleanup(self.modules.stop)
+
+    def replay(self):
+        # The capture's outputs are each copy's latest; a replay that writes them rewrites every one.
+        if self.replay_writes:
+            for t in self.latest.values():
+                t.values = [1.0]
 
     def plan(self, graph, fail_at=None):
         def build(torch):
@@ -53,7 +61,8 @@ class MeasureExperiment(unittest.TestCase):
             def work(name):
                 def call():
                     self.ran.append((name, copy))
-                    return FakeTensor([1.0])  # a fresh output every call, as torch's ops make
+                    self.latest[(name, copy)] = FakeTensor([1.0])  # fresh every call, as torch's ops make
+                    return self.latest[(name, copy)]
 
                 return call
 
@@ -63,7 +72,8 @@ class MeasureExperiment(unittest.TestCase):
 
     def measure(self, calls, plan):
         lines = []
-        entry, failures = measure_experiment(self.torch, FakeTimer(), experiment(calls), plan, (EAGER, COMPILE),
+        self.timer = FakeTimer()
+        entry, failures = measure_experiment(self.torch, self.timer, experiment(calls), plan, (EAGER, COMPILE),
                                              3000.0, lines.append)
         return entry, failures, lines
 
@@ -78,10 +88,30 @@ class MeasureExperiment(unittest.TestCase):
             self.assertEqual(v["median_ms"], 2.0)
             self.assertFalse(v["cuda_graph"])
         self.assertIn("3 calls a sample", lines[0])
+        self.assertEqual(self.timer.calls, [3, 3])
 
-    def test_a_graph_missing_a_copys_output_is_timed_directly_with_the_reason(self):
+    def test_a_graph_of_every_copy_is_timed_and_divided_by_their_count(self):
+        self.replay_writes = True
+        entry, failures, lines = self.measure(3, self.plan(graph=True))
+        self.assertEqual(failures, [])
+        self.assertEqual(self.timer.calls, [3, 3])
+        for v in entry["variants"]:
+            self.assertTrue(v["cuda_graph"])
+            self.assertNotIn("note", v)
+            self.assertEqual(v["median_ms"], 2.0)  # 6 ms a replay of 3 calls
+            self.assertEqual(v["calls_per_sample"], 3)
+        # Warm-ups (3 a copy), then the capture: each copy once, in order; the replays run nothing here.
+        eager = [c for n, c in self.ran if n == EAGER]
+        self.assertEqual(eager, [0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 1, 2])
+
+    def test_a_graph_that_writes_no_output_is_timed_directly_with_the_reason(self):
         entry, failures, lines = self.measure(2, self.plan(graph=True))
         self.assertEqual(failures, [])
+        # After the refused capture (warm-ups and capture: 0 0 0 1 1 1 0 1), the direct sample calls
+        # every copy once, in order.
+        eager = [c for n, c in self.ran if n == EAGER]
+        self.assertEqual(eager, [0, 0, 0, 1, 1, 1, 0, 1, 0, 1])
+        self.assertEqual(self.timer.calls, [2, 2])
         for v in entry["variants"]:
             self.assertFalse(v["cuda_graph"])
             self.assertRegex(v["note"], r"^CUDA graph refused \(a replay of the captured graph left outputs unwritten "
