@@ -61,9 +61,16 @@ SEQBENCH_HD inline PhiloxWords philox_group(std::uint64_t seed, std::uint64_t of
   return philox4x32_10(counter, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
 }
 
+// Word j (0..3) of a group. A select chain rather than words.w[j]: on the device an array indexed
+// by a value known only at run time is placed in local memory (a 16-byte stack frame, a store of
+// all four words and a load, per group), where selects stay in registers. Same value.
+SEQBENCH_HD inline std::uint32_t philox_word(const PhiloxWords& words, unsigned j) {
+  return j == 0 ? words.w[0] : j == 1 ? words.w[1] : j == 2 ? words.w[2] : words.w[3];
+}
+
 // Draw #index of stream (seed, offset) as 32 random bits.
 SEQBENCH_HD inline std::uint32_t philox_bits(std::uint64_t seed, std::uint64_t offset, std::uint64_t index) {
-  return philox_group(seed, offset, index >> 2).w[index & 3];
+  return philox_word(philox_group(seed, offset, index >> 2), static_cast<unsigned>(index & 3));
 }
 
 // Maps 32 random bits to a float uniform on [0, 1) with 24 bits of resolution (exact in float).

@@ -50,7 +50,7 @@ SEQBENCH_HD inline std::uint32_t dropout_keep_bits(std::uint64_t seed, std::uint
       group = index >> 2;
       words = philox_group(seed, offset, group);
     }
-    if (bits_to_unit_float(words.w[index & 3]) >= p) bits |= 1u << j;
+    if (bits_to_unit_float(philox_word(words, static_cast<unsigned>(index & 3))) >= p) bits |= 1u << j;
   }
   return bits;
 }

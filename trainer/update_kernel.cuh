@@ -58,11 +58,6 @@ SEQBENCH_HD __forceinline__ StepContext load_step_context(const StepControl* con
   return ctx;
 }
 
-// Word j of a Philox group without dynamic indexing (which would put the group in local memory).
-SEQBENCH_HD __forceinline__ std::uint32_t philox_word(const PhiloxWords& words, unsigned j) {
-  return j == 0 ? words.w[0] : j == 1 ? words.w[1] : j == 2 ? words.w[2] : words.w[3];
-}
-
 template <int N>
 SEQBENCH_HD __forceinline__ void load_floats(const float* src, float (&dst)[N]) {
   static_assert(N % 4 == 0, "fp32 state moves in 16-byte vectors");
