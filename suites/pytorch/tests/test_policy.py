@@ -42,6 +42,13 @@ class TimerPolicyParity(unittest.TestCase):
         for key, text in quick.items():
             self.assertEqual(getattr(TimerPolicy.quick(), key), value(text), key)
 
+    def test_calls_cap_matches_the_cpp_timer(self):
+        # listing.MAX_CALLS_PER_SAMPLE mirrors kMaxCallsPerSample: read it from the header so they cannot drift.
+        from seqbench_torch.listing import MAX_CALLS_PER_SAMPLE
+
+        (cap,) = re.findall(r"kMaxCallsPerSample = (\d+);", source("gpu_timer.h"))
+        self.assertEqual(MAX_CALLS_PER_SAMPLE, int(cap))
+
     def test_stopping_rule(self):
         p = TimerPolicy()
         self.assertFalse(p.done(9, 100.0))  # below min_samples, whatever the time
