@@ -51,10 +51,12 @@ TEST(CrossEntropyGpu, EmptyAndAllIgnoredBatchesGiveZeroTotals) {
   c.smoothing = 0.1f;
   c.ignore_index = 1;
   DeviceBuffer<CrossEntropyTotals> totals(1);
-  // N = 0: only the totals kernel runs, and writes zeros.
+  // N = 0: only the totals kernel runs, and writes zeros. totals needs nll at every N (the
+  // launcher's rule, checked before it looks at N), so an unread one-element nll goes with it.
+  DeviceBuffer<float> unread_nll(1);
   totals.fill_bytes(0xFF);
-  kernels::launch_cross_entropy_forward<float>(nullptr, nullptr, nullptr, totals.data(), nullptr, nullptr, 0,
-                                               100, c, nullptr);
+  kernels::launch_cross_entropy_forward<float>(nullptr, unread_nll.data(), nullptr, totals.data(), nullptr,
+                                               nullptr, 0, 100, c, nullptr);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   CrossEntropyTotals t = totals.copy_to_host()[0];
   EXPECT_EQ(t.loss_sum, 0.0f);
