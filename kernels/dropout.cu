@@ -47,8 +47,9 @@ struct FlatArgs {
 // kInPlace: out == in (the regenerating backward's dx == dy). A thread reads its K elements once
 // and then writes them, and no other thread touches them, so in place is race-free; the in-place
 // instance declares no pointer __restrict__, so that no compiler may read `in` through the
-// non-coherent read-only path. (With nvcc 13.0 the two instances' PTX is the same: neither uses
-// ld.global.nc for `in`. The instance is there so that this stays true under another compiler.)
+// non-coherent read-only path. (With nvcc 13.0 the out-of-place instance reads `in` through
+// ld.global.nc, which its launcher allows by refusing overlapping buffers; the in-place one uses
+// plain ld.global.)
 template <class T, MaskSource kSource, bool kInPlace>
 __global__ void __launch_bounds__(kThreads) dropout_kernel(const FlatArgs<T> args) {
   constexpr int K = Packed<T>::kSize;

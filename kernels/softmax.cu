@@ -137,8 +137,10 @@ __global__ void __launch_bounds__(kWarpTeam ? kMaxWarpPathThreads : kMaxBlockThr
     const int col = (lane + k * team) * kVec;
     if (col < k_len) {
       V out;
+      // Masked keys are written as zeros even when the row is NaN (inv is NaN then), as the
+      // multipass path does: v is 0 there, but 0 · NaN is NaN.
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) out.v[i] = from_float<T>(v[k][i] * inv);
+      for (int i = 0; i < kVec; ++i) out.v[i] = from_float<T>(col + i < valid ? v[k][i] * inv : 0.0f);
       out.store(yr + col);
     }
   }
@@ -656,6 +658,10 @@ std::vector<SoftmaxConfig> softmax_candidate_configs(DType dtype, std::int64_t k
 }
 
 void validate_softmax_config(const SoftmaxConfig& c, DType dtype, std::int64_t k_len, bool vectorizable) {
+  // An out-of-range path would pass the checks below (capacity() falls through) and launch nothing.
+  SEQBENCH_REQUIRE(
+      c.path == SoftmaxPath::warp || c.path == SoftmaxPath::block || c.path == SoftmaxPath::multipass,
+      "softmax config: path " << static_cast<int>(c.path) << " is not warp (0), block (1) or multipass (2)");
   const int full = vector_width(dtype);
   SEQBENCH_REQUIRE(c.vector == 1 || c.vector == full,
                    "softmax config " << c.to_string() << ": vector " << c.vector << " must be 1 or " << full);

@@ -3,7 +3,8 @@
 //
 // Semantics are those of reference/softmax.h (attention_softmax_forward/backward):
 //   forward:  y[r, j] = exp(z_j - max z) / Σ_k exp(z_k - max z), z_j = scale · x[r, j] for unmasked
-//             keys and -inf for masked ones; a fully-masked row is all zeros (not NaN).
+//             keys and -inf for masked ones; a fully-masked row is all zeros (not NaN); a NaN
+//             among a row's valid scores makes its valid keys NaN and leaves its masked keys 0.
 //   backward: dx = scale · y ⊙ (dy - Σ_j dy_j y_j), row by row (needs only y, not the mask).
 // Scores are [batch, heads, q_len, k_len] row-major; row r = (b·heads + h)·q_len + i. Key j of row r
 // is masked when causal and j > i + causal_offset, or when j >= key_lengths[b]. Both masks leave a
@@ -166,7 +167,8 @@ class SoftmaxTuner {
 // from the caller (256-byte aligned, at least the bytes below):
 //   forward, 5 kernels: z = scale·x (elementwise, T) -> masked_fill(z, -inf) (elementwise, only when
 //   a mask is given) -> row max (row reduce) -> e = exp(z - max) with row sums (row reduce, e in T)
-//   -> y = e / sum (elementwise; 0 for fully-masked rows).
+//   -> y = e / sum (elementwise; 0 for fully-masked rows; in a NaN row, as in eager, the masked
+//   keys are NaN too).
 //   backward, 4 kernels: t = dy·y (elementwise, T) -> dot = Σ t (row reduce) -> dx = y·(dy - dot)
 //   (elementwise, T) -> dx *= scale (elementwise).
 std::size_t softmax_unfused_forward_workspace_bytes(DType dtype, const SoftmaxShape& shape);

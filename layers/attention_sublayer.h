@@ -168,7 +168,7 @@ struct AttentionSublayer {
                const kernels::SoftmaxMask& mask) const;
   // d_x (and d_kv_source for cross: [B·kv_len, H], or dK/dV [2, B, N, kv_len, d] with
   // ids.external_kv) and every parameter gradient from d_out, for the forward on the same x and
-  // kv_source (with external_kv, kv_source is the K/V heads, which it does not read).
+  // kv_source (with external_kv, kv_source is the K/V heads, which the backward reads as K and V).
   void backward(LayerRun<T>& run, T* d_x, T* d_kv_source, const T* d_out, const T* x,
                 const T* kv_source) const;
 };

@@ -202,7 +202,9 @@ void expect_nan_rows(std::int64_t k_len, const SoftmaxConfig* config) {
   SoftmaxMask mask;
   mask.key_lengths = len.data();
   DeviceBuffer<T> x(xh), y(n);
-  y.fill_bytes(0);
+  // Poisoned with a finite non-zero value (0x3C bytes: about 0.0115 in f32 and bf16), so that an
+  // unwritten element passes neither the NaN checks nor the zero check of a masked key.
+  y.fill_bytes(0x3C);
   if (config) {
     kernels::launch_softmax_forward<T>(y.data(), x.data(), shape, 0.5f, mask, nullptr, config);
   } else {
@@ -213,9 +215,18 @@ void expect_nan_rows(std::int64_t k_len, const SoftmaxConfig* config) {
   }
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<T> yh = y.copy_to_host();
-  for (std::size_t r = 0; r < 2; ++r)
+  for (std::size_t r = 0; r < 2; ++r) {
     for (std::size_t j = 0; j < valid; ++j)
       ASSERT_TRUE(std::isnan(to_float(yh[r * k + j]))) << "row " << r << " key " << j << " is not NaN";
+    // The masked key: 0 from every fused path, NaN from the unfused (eager) one (kernels/softmax.h).
+    for (std::size_t j = valid; j < k; ++j) {
+      const float got = to_float(yh[r * k + j]);
+      if (config)
+        ASSERT_EQ(got, 0.0f) << "row " << r << " masked key " << j;
+      else
+        ASSERT_TRUE(std::isnan(got)) << "row " << r << " masked key " << j << " (unfused) is not NaN";
+    }
+  }
   double sum = 0.0;
   for (std::size_t j = 0; j < k; ++j) sum += to_float(yh[2 * k + j]);
   // Each output rounds once to T (relative u_T <= 2^-8), so the sum is within 2^-8 (+ fp32 sums) of 1.

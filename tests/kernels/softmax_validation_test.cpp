@@ -108,6 +108,9 @@ TEST(SoftmaxConfig, ValidationNamesTheProblem) {
   expect_error([&] { validate_softmax_config(c, DType::f32, 16, true); }, "items*vector <= 16");
   c = {SoftmaxPath::multipass, 1024, 1, 0};
   EXPECT_NO_THROW(validate_softmax_config(c, DType::f32, 1 << 30, false));
+  c = {static_cast<SoftmaxPath>(3), 128, 1, 1};  // would launch nothing if it were accepted
+  expect_error([&] { validate_softmax_config(c, DType::f32, 10, false); },
+               "path 3 is not warp (0), block (1) or multipass (2)");
 }
 
 TEST(SoftmaxConfig, Vectorizable) {

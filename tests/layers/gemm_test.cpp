@@ -290,8 +290,11 @@ std::vector<Case> cases(std::uint64_t seed) {
     c.n = 96;
     c.k = 40;
     c.epilogue = e;
-    c.op_b = e == GemmEpilogue::dgelu_tanh_bgrad ? GemmOp::none : GemmOp::transpose;
-    c.op_a = e == GemmEpilogue::bgrad_a ? GemmOp::transpose : GemmOp::none;
+    // dgelu_tanh_bgrad goes with the input gradient (N, N), bgrad_a with the weight gradient
+    // (T, N), every other epilogue with the forward (N, T).
+    const bool weight_grad = e == GemmEpilogue::bgrad_a;
+    c.op_a = weight_grad ? GemmOp::transpose : GemmOp::none;
+    c.op_b = weight_grad || e == GemmEpilogue::dgelu_tanh_bgrad ? GemmOp::none : GemmOp::transpose;
     all.push_back(c);
   }
   return all;
