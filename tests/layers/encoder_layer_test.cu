@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -107,7 +108,7 @@ std::vector<Case> cases() {
 }
 
 template <class T>
-void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
+void run_case(const Case& cs, std::uint64_t seed, bool baseline, NormwiseErrors* errors = nullptr) {
   const DType dtype = DTypeTraits<T>::dtype;
   const std::string where = (baseline ? "baseline " : "") + describe_case(cs, dtype);
   SCOPED_TRACE(where);
@@ -196,8 +197,8 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
   const double tol_fwd = tolerance(dtype, baseline ? kBaselineForwardRoundings : kForwardRoundings, k_max);
   const double tol_bwd = tolerance(dtype, baseline ? kBaselineBackwardRoundings : kBackwardRoundings, k_max);
   const std::string label = baseline ? "baseline_encoder" : "encoder";
-  expect_close(d_y.copy_to_host(), flat(rf.y), tol_fwd, dtype, label, "y", where);
-  expect_close(d_dx.copy_to_host(), flat(rg.dx), tol_bwd, dtype, label, "dx", where);
+  expect_close(d_y.copy_to_host(), flat(rf.y), tol_fwd, dtype, label, "y", where, errors);
+  expect_close(d_dx.copy_to_host(), flat(rg.dx), tol_bwd, dtype, label, "dx", where, errors);
   const std::vector<T> g = d_grads.copy_to_host();
   const ref::EncoderLayerParams& dp = rg.dparams;
   const ref::MhaParams& da = dp.self_attention.attention;
@@ -216,7 +217,7 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline) {
       flat(dp.ffn.fc2.bias)};
   for (std::size_t t = 0; t < shapes.size(); ++t)
     expect_close(slice(g, offsets[t], shapes[t].elements()), want[t], tol_bwd, dtype, label,
-                 "d" + shapes[t].name, where);
+                 "d" + shapes[t].name, where, errors);
 }
 
 TEST(EncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches) {
@@ -234,6 +235,26 @@ TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches
     run_case<decltype(tag)>(c, seed, true);
   });
   print_worst_ratios("baseline_encoder");
+}
+
+// In f16 and bf16, the fused layer's 2-norm error per output tensor is at most twice the eager-like
+// baseline's on the same case and draws, plus one rounding (layer_check::expect_no_less_accurate,
+// which says why). This is the check that still bites where the rounding-depth model above is
+// nearly vacuous (bf16: tol = n/64 + ..., 0.5 or more for every backward). f32 is left out: there
+// both layers' errors are accumulation order, not storage rounding, so neither is expected lower.
+TEST(EncoderLayerGpu, IsNoLessAccurateThanTheBaselineInF16AndBf16) {
+  SEQBENCH_REQUIRE_GPU();
+  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      NormwiseErrors fused, baseline;
+      run_case<T>(c, seed, false, &fused);
+      run_case<T>(c, seed, true, &baseline);
+      expect_no_less_accurate(fused, baseline, DTypeTraits<T>::dtype, "encoder",
+                              describe_case(c, DTypeTraits<T>::dtype));
+    }
+  });
+  print_worst_fused_over_baseline();
 }
 
 // The encoder steady-state tests' batch: B = 4 sequences of L = 24 tokens of H = 20, lengths
