@@ -70,7 +70,12 @@ __global__ void __launch_bounds__(kTileThreads) heads_tile_kernel(const HeadsArg
   T* __restrict__ out = a.out;
   const T* __restrict__ in = a.in;
   const std::int64_t cols = a.cols;
-  const std::int64_t col0 = (static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x) * K;
+  // blockDim.x (== kTileCols), not the constant: with the constant, nvcc 13.0 emitted a whole
+  // vector's store as K separate st.global (4 of 4 bytes or 8 of 2 bytes: seen in the PTX and the
+  // SASS) instead of one 16-byte st.global.v4, while the loads stayed 16 bytes wide; likely because
+  // the address's low bits were then known and its store vectorizer no longer matched the K
+  // offsets. The cpu test kernels_ptx_vector_stores (tools/ptx_vector_check.py) checks the PTX.
+  const std::int64_t col0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * K;
   const int count = col0 < cols ? static_cast<int>(cols - col0 < K ? cols - col0 : K) : 0;
   const bool whole = a.vector_path && count == K;
   const std::int64_t d = a.head_dim;
