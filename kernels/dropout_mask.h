@@ -245,35 +245,7 @@ bool row_tile_vector_ok(const RowTileArgs<T>& a) {
   return a.cols % K == 0 && aligned(a.out) && aligned(a.in0) && aligned(a.in1) && aligned(a.bias);
 }
 
-// K elements to float: one 16-byte load when `whole`, else `count` scalar loads (rest 0).
-// No __restrict__ here: whether a load may take the read-only path is the calling kernel's
-// choice, made by how it declares the pointer (row_tile_kernel's in-place instance must not).
-template <class T, int K>
-__device__ __forceinline__ void load_floats(const T* src, float (&v)[K], int count, bool whole) {
-  if (whole) {
-    const Packed<T, K> packed = Packed<T, K>::load(src);
-#pragma unroll
-    for (int k = 0; k < K; ++k) v[k] = to_float(packed.v[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < K; ++k) v[k] = k < count ? to_float(src[k]) : 0.0f;
-  }
-}
-
-template <class T, int K>
-__device__ __forceinline__ void store_floats(T* dst, const float (&v)[K], int count, bool whole) {
-  if (whole) {
-    Packed<T, K> packed;
-#pragma unroll
-    for (int k = 0; k < K; ++k) packed.v[k] = from_float<T>(v[k]);
-    packed.store(dst);
-  } else {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (k < count) dst[k] = from_float<T>(v[k]);
-    }
-  }
-}
+// load_floats / store_floats: kernels/packed.h.
 
 // out[r, c] = fn(in0[r, c], in1[r, c], bias[c], keep(r·cols + c)) in float, rounded once to T;
 // with kReduce, also partials[blockIdx.y, c] = Σ over the block's rows of that float value, in a

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "kernels/dispatch_items.h"
+#include "kernels/eager_map.h"
 #include "kernels/layernorm.h"
 #include "kernels/packed.h"
 #include "kernels/reduce.cuh"
@@ -576,21 +577,13 @@ __global__ void __launch_bounds__(kReduceCols* kReduceCols)
 }
 
 // ---------------------------------------------------------------------------------------------
-// The unfused baseline: one op per kernel, scalar accesses, intermediates in T, as eager PyTorch
-// would run a decomposed LayerNorm. Row reductions: one block per row; elementwise: one thread
-// per element.
+// The unfused baseline: one op per kernel, intermediates in T, as eager PyTorch would run a
+// decomposed LayerNorm. Row reductions: one block per row; elementwise: eager::launch_map (16-byte
+// vectors, one thread per vector).
 
 int unfused_row_threads(int hidden) {
   const int t = (hidden + kWarp - 1) / kWarp * kWarp;
   return t < kUnfusedThreads ? t : kUnfusedThreads;
-}
-
-// One thread per element; the grid must fit grid.x.
-unsigned elementwise_blocks(const char* what, std::int64_t n) {
-  const std::int64_t blocks = (n + kUnfusedThreads - 1) / kUnfusedThreads;
-  SEQBENCH_REQUIRE(blocks <= 0x7fffffff, what << ": " << n << " elements need " << blocks
-                                              << " blocks, more than the grid limit 2147483647");
-  return static_cast<unsigned>(blocks);
 }
 
 template <class T>
@@ -616,25 +609,41 @@ __global__ void unfused_rstd_kernel(float* __restrict__ rstd, const float* __res
   if (threadIdx.x == 0) rstd[blockIdx.x] = rsqrtf(s / static_cast<float>(hidden) + eps);
 }
 
-template <class T>
-__global__ void unfused_normalize_kernel(T* __restrict__ xhat, const T* __restrict__ x,
-                                         const float* __restrict__ mean, const float* __restrict__ rstd,
-                                         std::int64_t n, int hidden) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const std::int64_t row = i / hidden;
-  xhat[i] = from_float<T>((to_float(x[i]) - mean[row]) * rstd[row]);
-}
+// The elementwise ops, as eager::launch_map functors (kernels/eager_map.h: 16-byte vectors, one
+// thread per vector, like eager's vectorized elementwise kernel).
+struct Normalize {  // x̂ = (x - mean)·rstd
+  const float* mean;
+  const float* rstd;
+  __device__ float operator()(float x, float, std::int64_t row, std::int64_t) const {
+    return (x - mean[row]) * rstd[row];
+  }
+};
 
 template <class T>
-__global__ void unfused_affine_kernel(T* __restrict__ y, const T* __restrict__ xhat,
-                                      const T* __restrict__ gamma, const T* __restrict__ beta, std::int64_t n,
-                                      int hidden) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int c = static_cast<int>(i % hidden);
-  y[i] = from_float<T>(fmaf(to_float(xhat[i]), to_float(gamma[c]), to_float(beta[c])));
-}
+struct Affine {  // y = x̂·gamma + beta
+  const T* gamma;
+  const T* beta;
+  __device__ float operator()(float xhat, float, std::int64_t, std::int64_t col) const {
+    return fmaf(xhat, to_float(gamma[col]), to_float(beta[col]));
+  }
+};
+
+template <class T>
+struct MulGamma {  // g = dy·gamma
+  const T* gamma;
+  __device__ float operator()(float dy, float, std::int64_t, std::int64_t col) const {
+    return dy * to_float(gamma[col]);
+  }
+};
+
+struct InputGradient {  // dx = rstd·(g - s.x - x̂·s.y), s = the row sums (Σg, Σg·x̂) / H
+  const float* rstd;
+  const float2* row_sums;
+  __device__ float operator()(float g, float xhat, std::int64_t row, std::int64_t) const {
+    const float2 s = row_sums[row];
+    return rstd[row] * fmaf(-xhat, s.y, g - s.x);
+  }
+};
 
 // Column partial sums of a (or of a ⊙ b when b is non-null) over each chunk of rows: a 32 x 8 block
 // covers 32 columns of one chunk; thread (x, y) adds rows y, y + 8, ... in order, then thread (x, 0)
@@ -665,14 +674,6 @@ __global__ void unfused_column_partials_kernel(float* __restrict__ partial, cons
 }
 
 template <class T>
-__global__ void unfused_mul_gamma_kernel(T* __restrict__ g, const T* __restrict__ dy,
-                                         const T* __restrict__ gamma, std::int64_t n, int hidden) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  g[i] = from_float<T>(to_float(dy[i]) * to_float(gamma[i % hidden]));
-}
-
-template <class T>
 __global__ void unfused_row_sums_kernel(float2* __restrict__ row_sums, const T* __restrict__ g,
                                         const T* __restrict__ xhat, int hidden) {
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * hidden;
@@ -688,17 +689,6 @@ __global__ void unfused_row_sums_kernel(float2* __restrict__ row_sums, const T* 
     const float inv_h = reciprocal(static_cast<float>(hidden));
     row_sums[blockIdx.x] = make_float2(sg * inv_h, sgx * inv_h);
   }
-}
-
-template <class T>
-__global__ void unfused_dx_kernel(T* __restrict__ dx, const T* __restrict__ g, const T* __restrict__ xhat,
-                                  const float* __restrict__ rstd, const float2* __restrict__ row_sums,
-                                  std::int64_t n, int hidden) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const std::int64_t row = i / hidden;
-  const float2 s = row_sums[row];
-  dx[i] = from_float<T>(rstd[row] * fmaf(-to_float(xhat[i]), s.y, to_float(g[i]) - s.x));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1099,16 +1089,13 @@ void launch_layernorm_forward_unfused(T* y, float* mean, float* rstd, const T* x
   T* xhat = static_cast<T*>(workspace);
   const std::int64_t n = rows * hidden;
   const auto grid_rows = static_cast<unsigned>(rows);
-  const unsigned grid_n = elementwise_blocks(kWhat, n);
   const int threads = unfused_row_threads(hidden);
   unfused_mean_kernel<T><<<grid_rows, threads, 0, stream>>>(mean, x, hidden);
   SEQBENCH_CUDA_CHECK_LAUNCH();
   unfused_rstd_kernel<T><<<grid_rows, threads, 0, stream>>>(rstd, mean, x, hidden, eps);
   SEQBENCH_CUDA_CHECK_LAUNCH();
-  unfused_normalize_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(xhat, x, mean, rstd, n, hidden);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
-  unfused_affine_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(y, xhat, gamma, beta, n, hidden);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
+  eager::launch_map<T, 1>(kWhat, xhat, x, nullptr, n, hidden, Normalize{mean, rstd}, stream);
+  eager::launch_map<T, 1>(kWhat, y, xhat, nullptr, n, hidden, Affine<T>{gamma, beta}, stream);
 }
 
 template <class T>
@@ -1132,9 +1119,7 @@ void launch_layernorm_backward_unfused(T* dx, T* dgamma, T* dbeta, const T* dy, 
     T* g = reinterpret_cast<T*>(base + l.g);
     auto* row_sums = reinterpret_cast<float2*>(base + l.row_sums);
     const std::int64_t n = rows * hidden;
-    const unsigned grid_n = elementwise_blocks(kWhat, n);
-    unfused_normalize_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(xhat, x, mean, rstd, n, hidden);
-    SEQBENCH_CUDA_CHECK_LAUNCH();
+    eager::launch_map<T, 1>(kWhat, xhat, x, nullptr, n, hidden, Normalize{mean, rstd}, stream);
     const dim3 pgrid(static_cast<unsigned>((hidden + kReduceCols - 1) / kReduceCols),
                      static_cast<unsigned>(l.part.chunks));
     const dim3 pblock(kReduceCols, kUnfusedPartialRows);
@@ -1144,13 +1129,11 @@ void launch_layernorm_backward_unfused(T* dx, T* dgamma, T* dbeta, const T* dy, 
     unfused_column_partials_kernel<T>
         <<<pgrid, pblock, 0, stream>>>(partial_g, dy, xhat, rows, hidden, l.part.rows_per_chunk);
     SEQBENCH_CUDA_CHECK_LAUNCH();
-    unfused_mul_gamma_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(g, dy, gamma, n, hidden);
-    SEQBENCH_CUDA_CHECK_LAUNCH();
+    eager::launch_map<T, 1>(kWhat, g, dy, nullptr, n, hidden, MulGamma<T>{gamma}, stream);
     unfused_row_sums_kernel<T>
         <<<static_cast<unsigned>(rows), unfused_row_threads(hidden), 0, stream>>>(row_sums, g, xhat, hidden);
     SEQBENCH_CUDA_CHECK_LAUNCH();
-    unfused_dx_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(dx, g, xhat, rstd, row_sums, n, hidden);
-    SEQBENCH_CUDA_CHECK_LAUNCH();
+    eager::launch_map<T, 2>(kWhat, dx, g, xhat, n, hidden, InputGradient{rstd, row_sums}, stream);
   }
   layernorm_column_reduce_kernel<T>
       <<<static_cast<unsigned>((hidden + kReduceCols - 1) / kReduceCols), dim3(kReduceCols, kReduceCols), 0,

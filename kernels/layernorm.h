@@ -141,12 +141,12 @@ void launch_layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T*
 
 // --- the unfused baseline ---------------------------------------------------------------------
 // What PyTorch eager does for a decomposed LayerNorm: every op its own kernel, intermediates
-// stored in T. The workspace (caller-provided, 256-byte aligned, at least the size below) holds
-// the intermediates; nothing is allocated.
-// Forward, 4 kernels: mean (row reduce) -> var and rstd (row reduce, two-pass around the stored
-// mean) -> x̂ = (x - mean)·rstd (elementwise, stored in T) -> y = x̂·gamma + beta (elementwise).
-// Backward, 7 kernels: x̂ (elementwise) -> dbeta partials of dy and dgamma partials of dy·x̂
-// (column reduce, 2-D grid, same partition as the fused backward) -> their fixed-order column sum
+// stored in T, the elementwise ops moving 16-byte vectors as eager's vectorized elementwise kernel
+// does (kernels/eager_map.h). The workspace (caller-provided, 256-byte aligned, at least the size below)
+// holds the intermediates; nothing is allocated. Forward, 4 kernels: mean (row reduce) -> var and rstd (row
+// reduce, two-pass around the stored mean) -> x̂ = (x - mean)·rstd (elementwise, stored in T) -> y = x̂·gamma +
+// beta (elementwise). Backward, 7 kernels: x̂ (elementwise) -> dbeta partials of dy and dgamma partials of
+// dy·x̂ (column reduce, 2-D grid, same partition as the fused backward) -> their fixed-order column sum
 // -> g = dy·gamma (elementwise, stored in T) -> row sums Σg, Σg·x̂ (row reduce) -> dx (elementwise).
 // Outputs as the fused launchers (mean and rstd are required here).
 std::size_t layernorm_unfused_forward_workspace_bytes(DType dtype, std::int64_t rows, int hidden);

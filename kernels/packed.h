@@ -28,6 +28,38 @@ struct alignas(sizeof(T) * N) Packed {
   SEQBENCH_HD void store(T* ptr) const { *reinterpret_cast<Packed*>(ptr) = *this; }
 };
 
+// K elements to float: one K-element Packed load when `whole`, else `count` scalar loads (the rest
+// 0). No __restrict__ here: whether a load may take the read-only path is the calling kernel's
+// choice, made by how it declares the pointer (row_tile_kernel's in-place instance must not).
+// Host-and-device, so that CPU tests can run a kernel's per-thread body on host memory.
+template <class T, int K>
+SEQBENCH_HD inline void load_floats(const T* src, float (&v)[K], int count, bool whole) {
+  if (whole) {
+    const Packed<T, K> packed = Packed<T, K>::load(src);
+    SEQBENCH_DEVICE_UNROLL
+    for (int k = 0; k < K; ++k) v[k] = to_float(packed.v[k]);
+  } else {
+    SEQBENCH_DEVICE_UNROLL
+    for (int k = 0; k < K; ++k) v[k] = k < count ? to_float(src[k]) : 0.0f;
+  }
+}
+
+// The K floats to T: one Packed store when `whole`, else the first `count` element by element.
+template <class T, int K>
+SEQBENCH_HD inline void store_floats(T* dst, const float (&v)[K], int count, bool whole) {
+  if (whole) {
+    Packed<T, K> packed;
+    SEQBENCH_DEVICE_UNROLL
+    for (int k = 0; k < K; ++k) packed.v[k] = from_float<T>(v[k]);
+    packed.store(dst);
+  } else {
+    SEQBENCH_DEVICE_UNROLL
+    for (int k = 0; k < K; ++k) {
+      if (k < count) dst[k] = from_float<T>(v[k]);
+    }
+  }
+}
+
 // True when `ptr` can be accessed as Packed<T> vectors.
 template <class T>
 inline bool is_vector_aligned(const T* ptr) {

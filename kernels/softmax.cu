@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "kernels/dispatch_items.h"
+#include "kernels/eager_map.h"
 #include "kernels/packed.h"
 #include "kernels/reduce.cuh"
 #include "kernels/softmax.h"
@@ -266,23 +267,40 @@ __global__ void __launch_bounds__(kMaxBlockThreads) softmax_backward_multipass_k
 }
 
 // ---------------------------------------------------------------------------------------------
-// The unfused baseline. Pointers that may alias (in-place use) carry no __restrict__.
+// The unfused baseline. Pointers that may alias (in-place use) carry no __restrict__. The
+// elementwise ops are eager::launch_map functors (kernels/eager_map.h: 16-byte vectors, one thread
+// per vector, in place allowed); the row reductions are one block per row.
 
-template <class T>
-__global__ void unfused_scale_kernel(T* z, const T* x, float scale, std::int64_t n) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) z[i] = from_float<T>(scale * to_float(x[i]));
-}
+struct Scale {  // scale·x (also in place)
+  float scale;
+  __device__ float operator()(float x, float, std::int64_t, std::int64_t) const { return scale * x; }
+};
 
-template <class T>
-__global__ void unfused_mask_kernel(T* z, RowMask mask, std::int64_t n) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const std::int64_t row = i / mask.k_len;
-  const int j = static_cast<int>(i % mask.k_len);
-  const T v = z[i];  // masked_fill reads its input like any out-of-place op would
-  z[i] = j < mask.valid(row) ? v : from_float<T>(-INFINITY);
-}
+struct MaskFill {  // masked_fill(z, -inf) in place; reads its input like any out-of-place op would
+  RowMask mask;
+  __device__ float operator()(float z, float, std::int64_t row, std::int64_t col) const {
+    return col < mask.valid(row) ? z : -INFINITY;
+  }
+};
+
+struct DivideBySum {  // y = e / sum; sum == 0 only for fully-masked rows
+  const float* sum;
+  __device__ float operator()(float e, float, std::int64_t row, std::int64_t) const {
+    const float s = sum[row];
+    return s == 0.0f ? 0.0f : e / s;
+  }
+};
+
+struct Multiply {  // t = a·b
+  __device__ float operator()(float a, float b, std::int64_t, std::int64_t) const { return a * b; }
+};
+
+struct SubtractDotTimesY {  // dx = y·(dy - dot)
+  const float* dot;
+  __device__ float operator()(float y, float dy, std::int64_t row, std::int64_t) const {
+    return y * (dy - dot[row]);
+  }
+};
 
 template <class T>
 __global__ void unfused_row_max_kernel(float* __restrict__ mx, const T* __restrict__ z, int k_len) {
@@ -310,41 +328,12 @@ __global__ void unfused_exp_sum_kernel(T* __restrict__ z, float* __restrict__ su
 }
 
 template <class T>
-__global__ void unfused_divide_kernel(T* y, const T* e, const float* __restrict__ sum, std::int64_t n,
-                                      int k_len) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float s = sum[i / k_len];
-  y[i] = from_float<T>(s == 0.0f ? 0.0f : to_float(e[i]) / s);  // s == 0 only for fully-masked rows
-}
-
-template <class T>
-__global__ void unfused_mul_kernel(T* __restrict__ t, const T* __restrict__ a, const T* __restrict__ b,
-                                   std::int64_t n) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) t[i] = from_float<T>(to_float(a[i]) * to_float(b[i]));
-}
-
-template <class T>
 __global__ void unfused_row_sum_kernel(float* __restrict__ out, const T* __restrict__ t, int k_len) {
   const T* tr = t + static_cast<std::int64_t>(blockIdx.x) * k_len;
   float s = 0.0f;
   for (int j = threadIdx.x; j < k_len; j += blockDim.x) s += to_float(tr[j]);
   s = block_reduce_sum(s);
   if (threadIdx.x == 0) out[blockIdx.x] = s;
-}
-
-template <class T>
-__global__ void unfused_sub_mul_kernel(T* dx, const T* y, const T* dy, const float* __restrict__ dot,
-                                       std::int64_t n, int k_len) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dx[i] = from_float<T>(to_float(y[i]) * (to_float(dy[i]) - dot[i / k_len]));
-}
-
-template <class T>
-__global__ void unfused_scale_inplace_kernel(T* v, float scale, std::int64_t n) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) v[i] = from_float<T>(scale * to_float(v[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -531,13 +520,6 @@ std::string json_config(const SoftmaxConfig& c) {
      << ", \"vector\": " << c.vector << ", \"items\": " << c.items << ", \"name\": \"" << c.to_string()
      << "\"}";
   return os.str();
-}
-
-unsigned elementwise_blocks(const char* what, std::int64_t n) {
-  const std::int64_t blocks = (n + kUnfusedThreads - 1) / kUnfusedThreads;
-  SEQBENCH_REQUIRE(blocks <= 0x7fffffff, what << ": " << n << " elements need " << blocks
-                                              << " blocks, more than the grid limit 2147483647");
-  return static_cast<unsigned>(blocks);
 }
 
 int unfused_row_threads(std::int64_t k_len) {
@@ -878,20 +860,15 @@ void launch_softmax_forward_unfused(T* y, const T* x, const SoftmaxShape& shape,
   auto* sum = reinterpret_cast<float*>(base + l.sum);
   const std::int64_t rows = shape.rows(), n = rows * shape.k_len;
   const int k_len = static_cast<int>(shape.k_len);
-  const unsigned grid_n = elementwise_blocks(kWhat, n);
   const int row_threads = unfused_row_threads(shape.k_len);
-  unfused_scale_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(z, x, scale, n);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
-  if (mask.causal || mask.key_lengths) {
-    unfused_mask_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(z, row_mask(shape, mask), n);
-    SEQBENCH_CUDA_CHECK_LAUNCH();
-  }
+  eager::launch_map<T, 1>(kWhat, z, x, nullptr, n, k_len, Scale{scale}, stream);
+  if (mask.causal || mask.key_lengths)
+    eager::launch_map<T, 1>(kWhat, z, z, nullptr, n, k_len, MaskFill{row_mask(shape, mask)}, stream);
   unfused_row_max_kernel<T><<<static_cast<unsigned>(rows), row_threads, 0, stream>>>(mx, z, k_len);
   SEQBENCH_CUDA_CHECK_LAUNCH();
   unfused_exp_sum_kernel<T><<<static_cast<unsigned>(rows), row_threads, 0, stream>>>(z, sum, mx, k_len);
   SEQBENCH_CUDA_CHECK_LAUNCH();
-  unfused_divide_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(y, z, sum, n, k_len);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
+  eager::launch_map<T, 1>(kWhat, y, z, nullptr, n, k_len, DivideBySum{sum}, stream);
 }
 
 template <class T>
@@ -908,16 +885,12 @@ void launch_softmax_backward_unfused(T* dx, const T* dy, const T* y, const Softm
       reinterpret_cast<float*>(base + align_up(tensor_bytes(DTypeTraits<T>::dtype, shape), kUnfusedAlign));
   const std::int64_t rows = shape.rows(), n = rows * shape.k_len;
   const int k_len = static_cast<int>(shape.k_len);
-  const unsigned grid_n = elementwise_blocks(kWhat, n);
-  unfused_mul_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(t, dy, y, n);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
+  eager::launch_map<T, 2>(kWhat, t, dy, y, n, k_len, Multiply{}, stream);
   unfused_row_sum_kernel<T>
       <<<static_cast<unsigned>(rows), unfused_row_threads(shape.k_len), 0, stream>>>(dot, t, k_len);
   SEQBENCH_CUDA_CHECK_LAUNCH();
-  unfused_sub_mul_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(dx, y, dy, dot, n, k_len);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
-  unfused_scale_inplace_kernel<T><<<grid_n, kUnfusedThreads, 0, stream>>>(dx, scale, n);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
+  eager::launch_map<T, 2>(kWhat, dx, y, dy, n, k_len, SubtractDotTimesY{dot}, stream);
+  eager::launch_map<T, 1>(kWhat, dx, dx, nullptr, n, k_len, Scale{scale}, stream);
 }
 
 // ---------------------------------------------------------------------------------------------
