@@ -43,7 +43,6 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -244,17 +243,12 @@ TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches
 // both layers' errors are accumulation order, not storage rounding, so neither is expected lower.
 TEST(EncoderLayerGpu, IsNoLessAccurateThanTheBaselineInF16AndBf16) {
   SEQBENCH_REQUIRE_GPU();
-  for_each_dtype_and_case(cases(), kSeed, [](const Case& c, std::uint64_t seed, auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, float>) {
-      NormwiseErrors fused, baseline;
-      run_case<T>(c, seed, false, &fused);
-      run_case<T>(c, seed, true, &baseline);
-      expect_no_less_accurate(fused, baseline, DTypeTraits<T>::dtype, "encoder",
-                              describe_case(c, DTypeTraits<T>::dtype));
-    }
-  });
-  print_worst_fused_over_baseline();
+  expect_fused_no_less_accurate_on_every_case(
+      cases(), kSeed, "encoder",
+      [](const Case& c, std::uint64_t seed, bool baseline, NormwiseErrors* errors, auto tag) {
+        run_case<decltype(tag)>(c, seed, baseline, errors);
+      },
+      describe_case);
 }
 
 // The encoder steady-state tests' batch: B = 4 sequences of L = 24 tokens of H = 20, lengths

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -22,6 +23,7 @@
 #include "layers/layer_run.h"
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
+#include "tests/layers/layer_cases.h"
 
 namespace seqbench::layers::layer_check {
 
@@ -158,6 +160,25 @@ inline void expect_no_less_accurate(const NormwiseErrors& fused, const NormwiseE
     EXPECT_LE(f.err, bound) << tensor << " (" << where << "): fused ||err||_2 " << f.err << ", baseline "
                             << b.err << ", ||ref||_2 " << f.ref << " over " << f.n << " elements";
   }
+}
+
+// expect_no_less_accurate over every case in f16 and bf16, with the seeds for_each_dtype_and_case
+// gives (the draws of the reference tests): run(case, seed, baseline, errors, T{}) runs one
+// layer and records its errors; describe(case, dtype) names the case.
+template <class Case, class Run, class Describe>
+void expect_fused_no_less_accurate_on_every_case(const std::vector<Case>& cases, std::uint64_t first_seed,
+                                                 const std::string& label, Run&& run, Describe&& describe) {
+  layer_test::for_each_dtype_and_case(cases, first_seed, [&](const Case& c, std::uint64_t seed, auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      NormwiseErrors fused, baseline;
+      run(c, seed, false, &fused, tag);
+      run(c, seed, true, &baseline, tag);
+      expect_no_less_accurate(fused, baseline, DTypeTraits<T>::dtype, label,
+                              describe(c, DTypeTraits<T>::dtype));
+    }
+  });
+  print_worst_fused_over_baseline();
 }
 
 inline std::vector<double> flat(const ref::Matrix& m) {
