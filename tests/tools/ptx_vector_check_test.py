@@ -3,15 +3,12 @@ vectors but stores element by element breaks the rule (exit 1, the entry named);
 of any spelling keeps it; entries without vector loads, and the listed exceptions, are left alone;
 a file without entries, or missing, is an error (exit 2)."""
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 
-SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL = os.path.join(SOURCE_DIR, "tools", "ptx_vector_check.py")
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from tool_test import ToolTest  # noqa: E402
 import ptx_vector_check  # noqa: E402
 
 HEADER = """//
@@ -56,22 +53,8 @@ EXCEPTION = entry("_ZN8seqbench7kernels28cross_entropy_forward_kernelIfEEvv", ""
 \tst.global.f32 \t[%rd9], %f1;""")
 
 
-class PtxVectorCheck(unittest.TestCase):
-    def setUp(self):
-        self._tmp = tempfile.TemporaryDirectory(prefix="seqbench-ptx-test-")
-        self.dir = self._tmp.name
-
-    def tearDown(self):
-        self._tmp.cleanup()
-
-    def write(self, name, text):
-        path = os.path.join(self.dir, name)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return path
-
-    def run_tool(self, *paths):
-        return subprocess.run([sys.executable, TOOL, *paths], capture_output=True, text=True, timeout=60)
+class PtxVectorCheck(ToolTest):
+    tool = "ptx_vector_check.py"
 
     def test_a_split_store_is_named_and_fails(self):
         path = self.write("a.ptx", HEADER + WHOLE + SPLIT + SCALAR)

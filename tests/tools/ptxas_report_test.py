@@ -2,15 +2,12 @@
 kernel's registers, stack frame and spills are read, a kernel compiled in two objects is one row
 with its largest numbers, and any spill makes the exit status 1."""
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 
-SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL = os.path.join(SOURCE_DIR, "tools", "ptxas_report.py")
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from tool_test import ToolTest  # noqa: E402
 import ptxas_report  # noqa: E402
 
 LN = "_ZN8seqbench7kernels17layernorm_forwardIfEEvPT_PKS2_i"
@@ -41,22 +38,8 @@ ptxas info    : Used 42 registers, used 1 barriers, 400 bytes cmem[0]
 """
 
 
-class PtxasReport(unittest.TestCase):
-    def setUp(self):
-        self._tmp = tempfile.TemporaryDirectory(prefix="seqbench-ptxas-test-")
-        self.dir = self._tmp.name
-
-    def tearDown(self):
-        self._tmp.cleanup()
-
-    def write(self, text):
-        path = os.path.join(self.dir, "build.log")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return path
-
-    def run_tool(self, *args):
-        return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=60)
+class PtxasReport(ToolTest):
+    tool = "ptxas_report.py"
 
     def test_every_function_is_read_and_duplicates_keep_their_largest_numbers(self):
         functions = ptxas_report.parse(LOG.splitlines())
@@ -72,7 +55,7 @@ class PtxasReport(unittest.TestCase):
 
     def test_a_spill_fails_and_is_named_and_the_table_is_written(self):
         table = os.path.join(self.dir, "ptxas.md")
-        done = self.run_tool(self.write(LOG), "--markdown", table)
+        done = self.run_tool(self.write("build.log", LOG), "--markdown", table)
         self.assertEqual(done.returncode, 1, done.stderr)
         lines = done.stdout.splitlines()
         self.assertEqual(lines[0], ptxas_report.summary(ptxas_report.parse(LOG.splitlines())))
@@ -90,13 +73,13 @@ class PtxasReport(unittest.TestCase):
 
     def test_no_spill_passes(self):
         clean = LOG.replace("8 bytes spill stores, 12 bytes spill loads", "0 bytes spill stores, 0 bytes spill loads")
-        done = self.run_tool(self.write(clean))
+        done = self.run_tool(self.write("build.log", clean))
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         self.assertEqual(done.stdout.splitlines(),
                          ["ptxas: 2 kernel(s) for sm_90, no spills, 2 with a stack frame, at most 255 registers"])
 
     def test_a_log_without_a_report_says_so(self):
-        done = self.run_tool(self.write("[1/2] Linking CXX executable suites/seqbench\n"))
+        done = self.run_tool(self.write("build.log", "[1/2] Linking CXX executable suites/seqbench\n"))
         self.assertEqual(done.returncode, 0)
         self.assertIn("no report in the log", done.stdout)
 
