@@ -202,6 +202,8 @@ namespace seqbench::kernels::dropout_detail {
 template <int K>
 __device__ __forceinline__ void write_column_partials(const float (&acc)[K], float* partials,
                                                       std::int64_t cols) {
+  // The block is kTileCols x kTileRows (launch_row_tile), so kTileCols here is blockDim.x, from
+  // which row_tile_kernel builds its columns.
   __shared__ float lane_sums[kTileRows][kTileCols * K];
 #pragma unroll
   for (int k = 0; k < K; ++k) lane_sums[threadIdx.y][threadIdx.x * K + k] = acc[k];

@@ -36,8 +36,8 @@ constexpr std::size_t kUnfusedAlign = 256;
 // ---------------------------------------------------------------------------------------------
 // Statistics primitives, compiled for host and device from this one source so that the host
 // emulation (the accuracy study) performs the kernels' arithmetic bit for bit. Every multiply-add
-// is an explicit fmaf: nvcc would contract a*b+c into an FMA on the device but the host compiler
-// does not, and the two would round differently.
+// is an explicit fmaf, an FMA on host and device alike; the library is compiled with --fmad=false
+// (kernels/CMakeLists.txt), so the device contracts nothing else that the host would round apart.
 
 // 1/v correctly rounded on host and device alike (__frcp_rn is IEEE round-to-nearest): the
 // statistics multiply by it instead of dividing, which is cheaper on the device and just as

@@ -9,6 +9,8 @@ heads_tile_kernel, whose column index was built from a compile-time block width 
 kernels/dropout_mask.h). Nothing else shows it without a GPU, and on one it shows only as lost
 bandwidth. So: every kernel entry that loads 16-byte vectors must also store 16-byte vectors,
 except the entries listed in EXCEPTIONS, which by design write per-row or per-segment results.
+It asks for at least one 16-byte store an entry, not for every store site: an entry whose only
+vector path lost its wide store fails, one that kept it on one of several paths passes.
 
     tools/ptx_vector_check.py FILE.ptx [FILE.ptx ...]     (an argument may also be a ';' list)
 

@@ -2,10 +2,10 @@
 // baselines' elementwise kernel, host-and-device, so it runs here on host memory, thread by
 // thread: for n from 0 to 300 (whole vectors, tails, fewer elements than one vector), row lengths
 // 1, 3, 8 and 37, one and two inputs, 16-byte aligned pointers and pointers one element off (the
-// scalar path), and in place. Every element of [0, n) must equal fn of its inputs, row and column
-// rounded once to T (the same float arithmetic the device does: bitwise), fn must never see an
-// element outside [0, n), and the guard elements after the output must stay poisoned, as must
-// everything when a thread past the end runs.
+// scalar path), and in place on either input. Every element of [0, n) must equal fn of its inputs, row and
+// column rounded once to T (the same float arithmetic the device does: bitwise), fn must never see an element
+// outside [0, n), and the guard elements after the output must stay poisoned, as must everything when a
+// thread past the end runs.
 #include "kernels/eager_map.h"
 
 #include <gtest/gtest.h>
@@ -32,14 +32,19 @@ struct Probe {
   }
 };
 
+enum class InPlace { no, on_in0, on_in1 };  // out separate, out == in0, out == in1
+
 template <class T>
-void expect_map(std::int64_t n, std::int64_t row_len, int inputs, int offset, bool in_place,
+void expect_map(std::int64_t n, std::int64_t row_len, int inputs, int offset, InPlace in_place,
                 std::mt19937& rng) {
   constexpr int K = Packed<T>::kSize;
   constexpr int kGuard = 2 * K;
   const std::string where = std::string(DTypeTraits<T>::name) + " n=" + std::to_string(n) +
                             " row_len=" + std::to_string(row_len) + " inputs=" + std::to_string(inputs) +
-                            " offset=" + std::to_string(offset) + (in_place ? " in place" : "");
+                            " offset=" + std::to_string(offset) +
+                            (in_place == InPlace::on_in0   ? " out=in0"
+                             : in_place == InPlace::on_in1 ? " out=in1"
+                                                           : "");
   SCOPED_TRACE(where);
   std::uniform_real_distribution<float> u(-4.0f, 4.0f);
   // 16-byte aligned storage (as cudaMalloc gives), then `offset` elements in.
@@ -47,13 +52,15 @@ void expect_map(std::int64_t n, std::int64_t row_len, int inputs, int offset, bo
   std::vector<Packed<T>> s0(size / K + 1), s1(size / K + 1), so(size / K + 1);
   T* in0 = reinterpret_cast<T*>(s0.data()) + offset;
   T* in1 = reinterpret_cast<T*>(s1.data()) + offset;
-  T* out = in_place ? in0 : reinterpret_cast<T*>(so.data()) + offset;
+  T* out = in_place == InPlace::on_in0   ? in0
+           : in_place == InPlace::on_in1 ? in1
+                                         : reinterpret_cast<T*>(so.data()) + offset;
   for (std::int64_t i = 0; i < n; ++i) {
     in0[i] = from_float<T>(u(rng));
     in1[i] = from_float<T>(u(rng));
   }
   const T poison = from_float<T>(12345.0f);
-  for (std::int64_t i = in_place ? n : 0; i < n + kGuard; ++i) out[i] = poison;
+  for (std::int64_t i = in_place == InPlace::no ? 0 : n; i < n + kGuard; ++i) out[i] = poison;
   std::vector<float> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n), 0.0f);
   for (std::int64_t i = 0; i < n; ++i) {
     a[static_cast<std::size_t>(i)] = to_float(in0[i]);
@@ -92,8 +99,9 @@ void expect_all_shapes(std::uint32_t seed) {
     for (const std::int64_t row_len : {1, 3, 8, 37})
       for (const int inputs : {1, 2})
         for (const int offset : {0, 1}) {
-          expect_map<T>(n, row_len, inputs, offset, false, rng);
-          expect_map<T>(n, row_len, inputs, offset, true, rng);
+          expect_map<T>(n, row_len, inputs, offset, InPlace::no, rng);
+          expect_map<T>(n, row_len, inputs, offset, InPlace::on_in0, rng);
+          if (inputs == 2) expect_map<T>(n, row_len, inputs, offset, InPlace::on_in1, rng);
         }
 }
 
