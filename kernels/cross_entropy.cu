@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/eager_map.h"
 #include "kernels/online_lse.h"
 #include "kernels/packed.h"
 #include "kernels/reduce.cuh"
@@ -361,18 +362,16 @@ __global__ void __launch_bounds__(kUnfusedRowThreads)
 
 // Autograd's accumulation of lprobs' two gradients, out of place: out[r, j] = b[r] + a[r, j], with
 // b the smooth branch's [N, 1] gradient expanded over the row (SumBackward's expand is a view: b
-// is read once per row, not materialized) and a the gather branch's dense gradient. One block per
-// row, scalar coalesced accesses.
+// is read per element, not materialized) and a the gather branch's dense gradient: an
+// eager::launch_map functor (kernels/eager_map.h: 16-byte vectors, as eager's vectorized
+// elementwise kernel).
 template <class T>
-__global__ void __launch_bounds__(kUnfusedRowThreads)
-    unfused_add_row_scalar_kernel(T* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b,
-                                  int vocab) {
-  const std::int64_t row = blockIdx.x;
-  const float br = to_float(b[row]);
-  const T* ar = a + row * vocab;
-  T* orow = out + row * vocab;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) orow[j] = from_float<T>(br + to_float(ar[j]));
-}
+struct AddRowScalar {
+  const T* b;
+  __device__ float operator()(float a, float, std::int64_t row, std::int64_t) const {
+    return to_float(b[row]) + a;
+  }
+};
 
 // log_softmax_backward_data: dx = dy - exp(logp)·Σ_j dy_j (one fma per element, expf as eager).
 // One block per row: the row sum of dy (block_reduce_sum), then a second pass over dy and logp.
@@ -778,9 +777,8 @@ void launch_cross_entropy_backward_unfused(T* dlogits, const T* logp, const std:
   unfused_scatter_add_kernel<T>
       <<<per_row_grid, kUnfusedRowThreads, 0, stream>>>(dlogits, coef_target, targets, rows, v);
   SEQBENCH_CUDA_CHECK_LAUNCH();
-  unfused_add_row_scalar_kernel<T>
-      <<<row_grid, kUnfusedRowThreads, 0, stream>>>(dlogp, dlogits, coef_other, v);
-  SEQBENCH_CUDA_CHECK_LAUNCH();
+  eager::launch_map<T, 1>("cross_entropy_backward_unfused", dlogp, dlogits, nullptr, rows * v, v,
+                          AddRowScalar<T>{coef_other}, stream);
   unfused_log_softmax_backward_kernel<T>
       <<<row_grid, kUnfusedRowThreads, 0, stream>>>(dlogits, dlogp, logp, v);
   SEQBENCH_CUDA_CHECK_LAUNCH();

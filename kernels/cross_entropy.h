@@ -163,7 +163,8 @@ void launch_cross_entropy_backward_scalar(T* dlogits, const T* logits, const std
 //     4. autograd's accumulation of the two gradients of logp, out of place (the smooth branch's
 //        expanded view arrives first, so it cannot be accumulated into in place):
 //        dlogp[r, j] = c_o[r] + d[r, j]; the expand of SumBackward is a view, never materialized
-//        (the neg of `-lprobs.sum(-1)` acts on the [N, 1] sum);
+//        (the neg of `-lprobs.sum(-1)` acts on the [N, 1] sum); 16-byte vectors, as eager's
+//        vectorized elementwise kernel (kernels/eager_map.h);
 //     5. log_softmax_backward_data: dlogits = dlogp - exp(logp)·Σ_j dlogp_j (one block per row: the
 //        row sum, then a second pass over dlogp and logp).
 //   Result g·(q - p) as the fused backward's, with the eager rounding of every intermediate to T.
