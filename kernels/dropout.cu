@@ -137,10 +137,6 @@ void require_flat_tensors(T* out, const T* in, std::size_t n, const char* op, co
     require_disjoint(out, n * sizeof(T), in, n * sizeof(T), op, out_name, in_name);
 }
 
-bool aligned16(const void* ptr) {
-  return reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
-}
-
 // kInPlace: see dropout_kernel; the caller has checked that args.out == args.in.
 template <class T, MaskSource kSource, bool kInPlace = false>
 void launch_flat(const FlatArgs<T>& args, cudaStream_t stream) {
@@ -178,7 +174,7 @@ void launch_dropout_fwd(T* y, const T* x, std::size_t n, const DropoutConfig& co
   args.seed = config.seed;
   args.offset = config.offset;
   args.mask_bits_out = static_cast<std::uint32_t*>(mask);
-  args.vector_path = aligned16(x) && aligned16(y);
+  args.vector_path = is_vector_aligned(x) && is_vector_aligned(y);
   launch_flat<T, MaskSource::philox>(args, stream);
 }
 
@@ -203,7 +199,7 @@ void launch_dropout_bwd(T* dx, const T* dy, std::size_t n, float p, const void* 
   args.p = p;
   args.scale = dropout_keep_scale(p);
   args.mask_bits_in = static_cast<const std::uint32_t*>(mask);
-  args.vector_path = aligned16(dx) && aligned16(dy);
+  args.vector_path = is_vector_aligned(dx) && is_vector_aligned(dy);
   launch_flat<T, MaskSource::bits>(args, stream);
 }
 
@@ -223,7 +219,7 @@ void launch_dropout_bwd_regenerate(T* dx, const T* dy, std::size_t n, const Drop
   args.scale = dropout_keep_scale(config.p);
   args.seed = config.seed;
   args.offset = config.offset;
-  args.vector_path = aligned16(dx) && aligned16(dy);
+  args.vector_path = is_vector_aligned(dx) && is_vector_aligned(dy);
   if (dx == dy)
     launch_flat<T, MaskSource::philox, true>(args, stream);
   else
@@ -264,7 +260,8 @@ void launch_dropout_apply_u8(T* y, const T* x, const std::uint8_t* mask, std::si
   args.p = p;
   args.scale = dropout_keep_scale(p);
   args.mask_bytes_in = mask;
-  args.vector_path = aligned16(x) && aligned16(y) && reinterpret_cast<std::uintptr_t>(mask) % K == 0;
+  args.vector_path =
+      is_vector_aligned(x) && is_vector_aligned(y) && reinterpret_cast<std::uintptr_t>(mask) % K == 0;
   launch_flat<T, MaskSource::bytes>(args, stream);
 }
 

@@ -241,10 +241,8 @@ struct RowTileArgs {
 template <class T>
 bool row_tile_vector_ok(const RowTileArgs<T>& a) {
   constexpr int K = Packed<T>::kSize;
-  const auto aligned = [](const void* ptr) {
-    return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
-  };
-  return a.cols % K == 0 && aligned(a.out) && aligned(a.in0) && aligned(a.in1) && aligned(a.bias);
+  return a.cols % K == 0 && is_vector_aligned_or_null(a.out) && is_vector_aligned_or_null(a.in0) &&
+         is_vector_aligned_or_null(a.in1) && is_vector_aligned_or_null(a.bias);
 }
 
 // load_floats / store_floats: kernels/packed.h.

@@ -653,10 +653,6 @@ void require_tensor(const E* ptr, const char* op, const char* name) {
                       << alignof(E) << " bytes");
 }
 
-bool aligned16(const void* ptr) {
-  return ptr == nullptr || reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
-}
-
 TileArgs make_tile(const std::int32_t* tokens, const std::int32_t* positions, const EmbeddingShape& shape,
                    const EmbeddingConfig& config) {
   TileArgs t;
@@ -880,8 +876,8 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
   a.offset = config.dropout.offset;
-  a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(token_table) &&
-                  aligned16(a.position_table);
+  a.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(y) &&
+                  is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table);
   dispatch_positions(config, [&](auto learned_tag, auto nonpad_tag) {
     embedding_fwd_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
         <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
@@ -933,8 +929,8 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   if (!learned) kernel_config.indexing = PositionIndexing::slot;
   BwdArgs<T> a = make_bwd_args(d_token_table, learned ? d_position_table : nullptr, dy, tokens, positions,
                                shape, kernel_config);
-  a.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(d_token_table) &&
-                  aligned16(a.d_position_table);
+  a.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(dy) &&
+                  is_vector_aligned(d_token_table) && is_vector_aligned_or_null(a.d_position_table);
   dispatch_positions(kernel_config, [&](auto learned_tag, auto nonpad_tag) {
     embedding_bwd_atomic_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
         <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
@@ -1107,7 +1103,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
     c.out_scale = out_scale;
     c.keys = keys;
     c.values = values;
-    c.vector_path = shape.hidden % Packed<T>::kSize == 0 && aligned16(dy) && aligned16(grad);
+    c.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(dy) && is_vector_aligned(grad);
     embedding_window_kernel<T><<<grid, kThreads, 0, stream>>>(c);
     SEQBENCH_CUDA_CHECK_LAUNCH();
     embedding_merge_kernel<T><<<grid, kThreads, 0, stream>>>(c);
@@ -1188,7 +1184,7 @@ void launch_gather_rows(T* y, const T* table, std::int64_t table_rows, const std
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, table, table_bytes<T>(table_rows, hidden), op, "y", "table");
   require_disjoint(y, bytes, index, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "index");
-  const bool vector = hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(table);
+  const bool vector = hidden % Packed<T>::kSize == 0 && is_vector_aligned(y) && is_vector_aligned(table);
   gather_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(y, table, table_rows, index, n,
                                                                 static_cast<std::int32_t>(hidden), vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
@@ -1204,7 +1200,7 @@ void launch_scale(T* y, const T* x, std::size_t count, float scale, cudaStream_t
   require_tensor(x, op, "x");
   require_disjoint(y, count * sizeof(T), x, count * sizeof(T), op, "y", "x");
   const auto total = static_cast<std::int64_t>(count);
-  const bool vector = aligned16(y) && aligned16(x);
+  const bool vector = is_vector_aligned(y) && is_vector_aligned(x);
   const std::int64_t threads = vector ? (total + Packed<T>::kSize - 1) / Packed<T>::kSize : total;
   scale_kernel<T><<<grid_stride_blocks(threads), kThreads, 0, stream>>>(y, x, total, scale, vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();
@@ -1224,7 +1220,7 @@ void launch_zero_padding_rows(T* y, const T* x, const std::int32_t* tokens, std:
   const std::size_t bytes = table_bytes<T>(n, hidden);
   require_disjoint(y, bytes, x, bytes, op, "y", "x");
   require_disjoint(y, bytes, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op, "y", "tokens");
-  const bool vector = hidden % Packed<T>::kSize == 0 && aligned16(y) && aligned16(x);
+  const bool vector = hidden % Packed<T>::kSize == 0 && is_vector_aligned(y) && is_vector_aligned(x);
   zero_padding_rows_kernel<T><<<row_blocks(n), kThreads, 0, stream>>>(
       y, x, tokens, n, static_cast<std::int32_t>(hidden), padding_idx, vector);
   SEQBENCH_CUDA_CHECK_LAUNCH();

@@ -60,10 +60,14 @@ SEQBENCH_HD inline void store_floats(T* dst, const float (&v)[K], int count, boo
   }
 }
 
-// True when `ptr` can be accessed as Packed<T> vectors.
-template <class T>
-inline bool is_vector_aligned(const T* ptr) {
+// True when `ptr` can be accessed as Packed<T> vectors (16-byte aligned).
+inline bool is_vector_aligned(const void* ptr) {
   return reinterpret_cast<std::uintptr_t>(ptr) % kVectorBytes == 0;
+}
+
+// The same for an optional operand: an absent one (nullptr) never blocks the vector path.
+inline bool is_vector_aligned_or_null(const void* ptr) {
+  return ptr == nullptr || is_vector_aligned(ptr);
 }
 
 }  // namespace seqbench::kernels

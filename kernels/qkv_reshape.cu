@@ -184,7 +184,7 @@ void launch_heads_tile(HeadsArgs<T> a, cudaStream_t stream) {
   if (plan.row_blocks == 0) return;
   a.rows_per_block = plan.rows_per_block;
   a.vector_path = a.head_dim % K == 0 && a.ld % K == 0 && is_vector_aligned(a.out) &&
-                  is_vector_aligned(a.in) && (a.bias == nullptr || is_vector_aligned(a.bias));
+                  is_vector_aligned(a.in) && is_vector_aligned_or_null(a.bias);
   const std::int64_t col_tiles = (a.cols + kTileCols * K - 1) / (kTileCols * K);
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(plan.row_blocks));
   heads_tile_kernel<T, kToHeads, kBias, kReduce><<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(a);

@@ -12,10 +12,16 @@
 
 namespace seqbench::trainer {
 
+// The current device's SM count, asked once per (thread, device): the per-tensor baseline sizes
+// a grid per tensor, and a driver query at each of those launches is host time the GPU waits on
+// (see resident_grid_blocks below).
 inline int multiprocessor_count() {
-  int device = 0, sms = 0;
+  thread_local std::vector<int> known;  // by device ordinal; 0 = not asked yet
+  int device = 0;
   SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
-  SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (static_cast<std::size_t>(device) >= known.size()) known.resize(static_cast<std::size_t>(device) + 1, 0);
+  int& sms = known[static_cast<std::size_t>(device)];
+  if (sms == 0) SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
 }
 
