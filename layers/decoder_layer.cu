@@ -77,7 +77,7 @@ std::vector<TensorLifetime> decoder_layer_lifetimes(const LayerConfig& config,
   const DecoderIds ids = record_decoder_layer(plan, options);
   if (ops != nullptr) *ops = plan.recorder().ops();
   if (forward_ops != nullptr) *forward_ops = ids.forward_steps;
-  return plan.recorder().lifetimes();
+  return planned_lifetimes(plan, ids.forward_steps, options.retain_forward);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -186,8 +186,9 @@ DecoderLayer::DecoderLayer(const LayerConfig& config, const DecoderLayerWeights&
   impl_->cross_g = cross_attention_tensors_of(grads_);
   impl_->ffn_w = ffn_tensors_of(weights_);
   impl_->ffn_g = ffn_tensors_of(grads_);
-  impl_->planned = std::make_unique<PlannedLayer>("DecoderLayer", plan, impl_->ids.forward_steps, allocator,
-                                                  options_.gemm, options_.gemm_workspace_bytes);
+  impl_->planned =
+      std::make_unique<PlannedLayer>("DecoderLayer", plan, impl_->ids.forward_steps, allocator, options_.gemm,
+                                     options_.gemm_workspace_bytes, options_.retain_forward);
 }
 
 DecoderLayer::~DecoderLayer() = default;
@@ -289,10 +290,11 @@ void DecoderLayer::run_backward(const char* where, void* dx, void* d_kv_source, 
   const char* kv_name = ext ? "kv_heads" : "encoder_out";
   const char* d_kv_name = ext ? "d_kv_heads" : "d_encoder_out";
   Impl& m = *impl_;
-  SEQBENCH_REQUIRE(m.have_forward, "DecoderLayer::" << where << ": no "
-                                                    << (ext ? "forward_kv()" : "forward()")
-                                                    << " to differentiate (call "
-                                                    << (ext ? "forward_kv" : "forward") << " first)");
+  SEQBENCH_REQUIRE(m.have_forward,
+                   "DecoderLayer::" << where << ": no " << (ext ? "forward_kv()" : "forward()")
+                                    << " to differentiate (call " << (ext ? "forward_kv" : "forward")
+                                    << " first; a backward consumes its forward unless "
+                                       "options.retain_forward)");
   SEQBENCH_REQUIRE(dx != nullptr && dy != nullptr && d_kv_source != nullptr,
                    "DecoderLayer::" << where << ": dx, dy or " << d_kv_name << " is null");
   SEQBENCH_REQUIRE(x == m.x && kv_source == m.enc,
@@ -313,6 +315,8 @@ void DecoderLayer::run_backward(const char* where, void* dx, void* d_kv_source, 
                   static_cast<const T*>(dy), stream);
   });
   m.planned->memory().set_step(-1);
+  // The backward's temporaries have reused the bytes the forward kept, unless they were retained.
+  m.have_forward = m.planned->retains_forward();
 }
 
 }  // namespace seqbench::layers

@@ -58,7 +58,7 @@ std::vector<TensorLifetime> encoder_layer_lifetimes(const LayerConfig& config,
   const Recorded r = record_encoder_layer(plan, options);
   if (ops != nullptr) *ops = plan.recorder().ops();
   if (forward_ops != nullptr) *forward_ops = r.forward_steps;
-  return plan.recorder().lifetimes();
+  return planned_lifetimes(plan, r.forward_steps, options.retain_forward);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -104,8 +104,9 @@ EncoderLayer::EncoderLayer(const LayerConfig& config, const EncoderLayerWeights&
   impl_ = std::make_unique<Impl>();
   impl_->ids = r.ids;
   impl_->params = encoder_params_of(weights_, grads_);
-  impl_->planned = std::make_unique<PlannedLayer>("EncoderLayer", plan, r.forward_steps, allocator,
-                                                  options_.gemm, options_.gemm_workspace_bytes);
+  impl_->planned =
+      std::make_unique<PlannedLayer>("EncoderLayer", plan, r.forward_steps, allocator, options_.gemm,
+                                     options_.gemm_workspace_bytes, options_.retain_forward);
 }
 
 EncoderLayer::~EncoderLayer() = default;
@@ -150,7 +151,8 @@ void EncoderLayer::forward(void* y, const void* x, std::size_t batch_size, std::
 void EncoderLayer::backward(void* dx, const void* dy, const void* x, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("encoder_layer_bwd");
   SEQBENCH_REQUIRE(impl_->have_forward,
-                   "EncoderLayer::backward: no forward() to differentiate (call forward first)");
+                   "EncoderLayer::backward: no forward() to differentiate (call forward first; a "
+                   "backward consumes its forward unless options.retain_forward)");
   SEQBENCH_REQUIRE(dx != nullptr, "EncoderLayer::backward: dx is null");
   SEQBENCH_REQUIRE(dy != nullptr, "EncoderLayer::backward: dy is null");
   SEQBENCH_REQUIRE(x == impl_->x, "EncoderLayer::backward: x is not the last forward's input (got "
@@ -163,6 +165,8 @@ void EncoderLayer::backward(void* dx, const void* dy, const void* x, cudaStream_
     impl_->run<decltype(tag)>(config_, options_.prefix, options_.causal, true, dx, dy, x, nullptr, stream);
   });
   impl_->planned->memory().set_step(-1);
+  // The backward's temporaries have reused the bytes the forward kept, unless they were retained.
+  impl_->have_forward = impl_->planned->retains_forward();
 }
 
 }  // namespace seqbench::layers

@@ -127,6 +127,13 @@ struct EncoderLayerOptions {
   // What the forward keeps for the backward (layers/layer_run.h); the results are bitwise the
   // same either way.
   Recompute recompute = Recompute::pointwise;
+  // Whether backward() leaves what the forward kept intact, so that backward() may run again on
+  // the same forward (PyTorch's retain_graph): those tensors then stay live to the end of the
+  // backward (planned_lifetimes, layers/layer_run.h), which costs their bytes in the block. By
+  // default a backward consumes its forward (its temporaries reuse those bytes) and a second
+  // backward() without a new forward() is refused. The layer suite's backward timing, which
+  // repeats a backward on one forward, sets it.
+  bool retain_forward = false;
 };
 
 // The layer's dry run: its ops in execution order (forward, then backward) and every temporary's

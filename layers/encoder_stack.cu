@@ -92,7 +92,7 @@ std::vector<TensorLifetime> encoder_stack_lifetimes(const LayerConfig& config, i
   const StackRecord r = record_encoder_stack(plan, layers, options);
   if (ops != nullptr) *ops = plan.recorder().ops();
   if (steps != nullptr) *steps = r.steps;
-  return plan.recorder().lifetimes();
+  return planned_lifetimes(plan, r.steps.forward_steps, options.retain_forward);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,8 +179,9 @@ EncoderStack::EncoderStack(const LayerConfig& config, std::vector<EncoderLayerWe
     impl_->params.push_back(
         encoder_params_of(weights_[static_cast<std::size_t>(i)], grads_[static_cast<std::size_t>(i)]));
   }
-  impl_->planned = std::make_unique<PlannedLayer>("EncoderStack", plan, impl_->rec.steps.forward_steps,
-                                                  allocator, options_.gemm, options_.gemm_workspace_bytes);
+  impl_->planned =
+      std::make_unique<PlannedLayer>("EncoderStack", plan, impl_->rec.steps.forward_steps, allocator,
+                                     options_.gemm, options_.gemm_workspace_bytes, options_.retain_forward);
 }
 
 EncoderStack::~EncoderStack() = default;
@@ -230,7 +231,8 @@ void EncoderStack::forward(void* y, const void* x, std::size_t batch_size, std::
 void EncoderStack::backward(void* dx, const void* dy, const void* x, cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("encoder_stack_bwd");
   SEQBENCH_REQUIRE(impl_->have_forward,
-                   "EncoderStack::backward: no forward() to differentiate (call forward first)");
+                   "EncoderStack::backward: no forward() to differentiate (call forward first; a "
+                   "backward consumes its forward unless options.retain_forward)");
   SEQBENCH_REQUIRE(dx != nullptr, "EncoderStack::backward: dx is null");
   SEQBENCH_REQUIRE(dy != nullptr, "EncoderStack::backward: dy is null");
   SEQBENCH_REQUIRE(x == impl_->x, "EncoderStack::backward: x is not the last forward's input (got "
@@ -245,6 +247,8 @@ void EncoderStack::backward(void* dx, const void* dy, const void* x, cudaStream_
                        stream);
   });
   impl_->planned->memory().set_step(-1);
+  // The backward's temporaries have reused the bytes the forward kept, unless they were retained.
+  impl_->have_forward = impl_->planned->retains_forward();
 }
 
 }  // namespace seqbench::layers

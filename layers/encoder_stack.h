@@ -50,6 +50,12 @@ struct EncoderStackOptions {
   // What each layer's forward keeps for its backward (layers/layer_run.h); the results are
   // bitwise the same either way.
   Recompute recompute = Recompute::pointwise;
+  // Whether backward() leaves what the forward kept intact, so that backward() may run again on
+  // the same forward (PyTorch's retain_graph): those tensors then stay live to the end of the
+  // backward (planned_lifetimes, layers/layer_run.h), which costs their bytes in the block. By
+  // default a backward consumes its forward (its temporaries reuse those bytes) and a second
+  // backward() without a new forward() is refused. (As EncoderLayerOptions::retain_forward.)
+  bool retain_forward = false;
 };
 
 // The dropout offsets one forward of an n-layer stack uses: base .. base + this − 1. Throws for

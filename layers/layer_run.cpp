@@ -102,10 +102,22 @@ void PlanBuilder::gemm_op(const std::string& name, const std::vector<TensorId>& 
   rec_.op(prefix_ + name, reads, writes);
 }
 
+std::vector<TensorLifetime> planned_lifetimes(PlanBuilder& plan, int forward_steps, bool retain_forward) {
+  return retain_forward ? plan.recorder().lifetimes_retaining_forward(forward_steps)
+                        : plan.recorder().lifetimes();
+}
+
 PlannedLayer::PlannedLayer(const char* layer, PlanBuilder& plan, int forward_steps,
-                           DeviceAllocator& allocator, Gemm* shared_gemm, std::size_t gemm_workspace_bytes)
-    : layer_(layer), ops_(plan.recorder().ops()), forward_steps_(forward_steps), shared_gemm_(shared_gemm) {
-  memory_ = std::make_unique<MemoryManager>(plan.recorder().lifetimes(), allocator);  // the one allocation
+                           DeviceAllocator& allocator, Gemm* shared_gemm, std::size_t gemm_workspace_bytes,
+                           bool retain_forward)
+    : layer_(layer),
+      ops_(plan.recorder().ops()),
+      forward_steps_(forward_steps),
+      retain_forward_(retain_forward),
+      shared_gemm_(shared_gemm) {
+  // The one allocation.
+  memory_ =
+      std::make_unique<MemoryManager>(planned_lifetimes(plan, forward_steps, retain_forward), allocator);
   if (shared_gemm_ == nullptr) {
     SEQBENCH_REQUIRE(plan.gemm_workspace() != kNoTensor, layer_ << ": no Gemm and no planned GEMM workspace");
     gemm_workspace_bytes_ = gemm_workspace_bytes;

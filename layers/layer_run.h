@@ -119,15 +119,21 @@ class PlanBuilder {
   std::size_t elem_ = 0, tokens_ = 0, scores_ = 0, ln_ws_ = 0, bdr_ws_ = 0, bad_ws_ = 0;
 };
 
+// The dry run's lifetimes as a planned layer uses them: plan.recorder().lifetimes(), or with
+// `retain_forward` lifetimes_retaining_forward(forward_steps) (layers/memory_planner.h): every
+// tensor the forward keeps for the backward then stays live to the last step, so that a backward
+// may be repeated on one forward.
+std::vector<TensorLifetime> planned_lifetimes(PlanBuilder& plan, int forward_steps, bool retain_forward);
+
 // What every planned layer holds: its dry run's op list, the one block of its temporaries
 // (allocated at construction through the caller's allocator) and its Gemm (the caller's, or its
 // own, made at the first use with the workspace planned in the block).
 class PlannedLayer {
  public:
   // `plan` is the finished dry run; `shared_gemm` may be null (then the plan must hold the
-  // workspace: PlanBuilder::plan_gemm_workspace).
+  // workspace: PlanBuilder::plan_gemm_workspace). `retain_forward`: see planned_lifetimes.
   PlannedLayer(const char* layer, PlanBuilder& plan, int forward_steps, DeviceAllocator& allocator,
-               Gemm* shared_gemm, std::size_t gemm_workspace_bytes);
+               Gemm* shared_gemm, std::size_t gemm_workspace_bytes, bool retain_forward = false);
   ~PlannedLayer();
   PlannedLayer(const PlannedLayer&) = delete;
   PlannedLayer& operator=(const PlannedLayer&) = delete;
@@ -137,6 +143,10 @@ class PlannedLayer {
   const MemoryManager& memory() const { return *memory_; }
   const std::vector<std::string>& ops() const { return ops_; }
   int forward_steps() const { return forward_steps_; }
+  // Whether a backward leaves the forward's kept tensors intact (retain_forward), so that another
+  // backward may follow; otherwise the backward consumes the forward (its temporaries reuse
+  // those bytes) and the layer must refuse a second backward.
+  bool retains_forward() const { return retain_forward_; }
   // Throws "<layer>::<where>: <what> overlaps the layer's planned block" when [p, p + bytes) does.
   void require_outside_block(const char* where, const char* what, const void* p, std::size_t bytes) const;
   // Throws unless a run that started at `first_step` ended where the dry run says.
@@ -146,6 +156,7 @@ class PlannedLayer {
   const char* layer_;
   std::vector<std::string> ops_;
   int forward_steps_ = 0;
+  bool retain_forward_ = false;
   std::unique_ptr<MemoryManager> memory_;
   Gemm* shared_gemm_ = nullptr;
   void* gemm_workspace_ = nullptr;

@@ -103,6 +103,8 @@ void LifetimeRecorder::touch(TensorId id, int step, const std::string& op_name, 
   }
   e.lifetime.last_step = step;
   e.written = e.written || write;
+  if (write) e.last_write = step;
+  if (!write) e.last_read = step;
 }
 
 int LifetimeRecorder::op(std::string name, const std::vector<TensorId>& reads,
@@ -121,6 +123,28 @@ std::vector<TensorLifetime> LifetimeRecorder::lifetimes() const {
     SEQBENCH_REQUIRE(e.used,
                      "LifetimeRecorder: tensor '" << e.lifetime.name << "' is declared but no op uses it");
     out.push_back(e.lifetime);
+  }
+  return out;
+}
+
+std::vector<TensorLifetime> LifetimeRecorder::lifetimes_retaining_forward(int forward_steps) const {
+  SEQBENCH_REQUIRE(forward_steps >= 0 && forward_steps <= steps(), "LifetimeRecorder: forward_steps "
+                                                                       << forward_steps << " is outside [0, "
+                                                                       << steps() << "]");
+  std::vector<TensorLifetime> out = lifetimes();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    TensorLifetime& t = out[i];
+    const Entry& e = entries_[i];
+    const bool kept = !t.external && t.first_step < forward_steps && e.last_read >= forward_steps;
+    if (!kept) continue;
+    const int last_write = e.last_write;
+    SEQBENCH_REQUIRE(last_write < forward_steps,
+                     "LifetimeRecorder: tensor '"
+                         << t.name << "' is written by the forward and again by op '"
+                         << ops_[static_cast<std::size_t>(last_write)] << "' (step " << last_write
+                         << ", after the forward's " << forward_steps
+                         << " steps): a second backward would read the first one's values");
+    t.last_step = steps() - 1;
   }
   return out;
 }

@@ -88,6 +88,14 @@ class LifetimeRecorder {
   int op(std::string name, const std::vector<TensorId>& reads, const std::vector<TensorId>& writes);
 
   std::vector<TensorLifetime> lifetimes() const;
+  // lifetimes(), with every tensor that the forward (steps [0, forward_steps)) writes and a later
+  // step reads kept live to the last step (a scratch tensor that every op writes before use and
+  // none reads, a GEMM workspace, carries nothing and is left as it is): nothing the backward writes can then
+  // share its bytes, so the backward can run again after itself on the same forward (PyTorch's retain_graph;
+  // a timer repeating a backward). Throws, naming the tensor and the op, when a step at or after
+  // forward_steps writes such a tensor (in place: a second backward would read the first one's
+  // values), and for forward_steps outside [0, steps()].
+  std::vector<TensorLifetime> lifetimes_retaining_forward(int forward_steps) const;
   const std::vector<std::string>& ops() const { return ops_; }
   int steps() const { return static_cast<int>(ops_.size()); }
   std::size_t size() const { return entries_.size(); }
@@ -98,6 +106,8 @@ class LifetimeRecorder {
     TensorLifetime lifetime;
     bool used = false;
     bool written = false;
+    int last_write = -1;  // the last step that writes it (-1: none; externals are the caller's)
+    int last_read = -1;   // the last step that reads it (-1: none; a GEMM workspace is only written)
   };
   void touch(TensorId id, int step, const std::string& op_name, bool write);
 

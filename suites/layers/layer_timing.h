@@ -137,18 +137,25 @@ std::vector<CheckResult> checks_for_layer_dtypes(F&& f) {
 //   static void backward(Baseline&, Data&, cudaStream_t, bool retain_graph);
 
 // A timing experiment's state for a Pair: its data for `rows` tokens and both layers, and with
-// `keep` (backward experiments) the managed layer with Recompute::none as well.
+// `keep` (backward experiments) the managed layer with Recompute::none as well. A backward
+// experiment times many backwards of one forward (time_pair), so its managed layers retain the
+// forward (ManagedOptions::retain_forward, as the baseline's retain_graph): without it the first
+// backward's temporaries overwrite what the forward kept and a managed layer refuses a second
+// backward. Retaining moves where tensors sit in the block, not what any kernel does.
 template <class Pair>
 struct PairTimingState : LayerPair<typename Pair::Managed, typename Pair::Baseline> {
   typename Pair::Data data;
 
   PairTimingState(const layers::LayerConfig& c, std::size_t rows, bool keep) : data(c, rows) {
-    this->managed =
-        std::make_unique<typename Pair::Managed>(c, data.weights, data.grad_views, this->managed_counter);
+    typename Pair::ManagedOptions managed_options;
+    managed_options.retain_forward = keep;
+    this->managed = std::make_unique<typename Pair::Managed>(c, data.weights, data.grad_views,
+                                                             this->managed_counter, managed_options);
     this->baseline = std::make_unique<typename Pair::Baseline>(c, data.weights, data.grad_views, this->cache);
     if (keep) {
       typename Pair::ManagedOptions o;
       o.recompute = layers::Recompute::none;
+      o.retain_forward = true;
       this->managed_keep = std::make_unique<typename Pair::Managed>(c, data.weights, data.grad_views,
                                                                     this->managed_counter, o);
     }

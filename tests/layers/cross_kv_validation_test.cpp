@@ -301,7 +301,7 @@ TEST(CrossKvValidation, ExternalKvDecoderArgumentsAreCheckedBeforeAnyCudaCall) {
   expect_error([&] { layer.forward_kv(y, x, kvh, 2, 4, 3, nullptr, nullptr, 1, UINT64_MAX - 5, nullptr); },
                "DecoderLayer::forward_kv: base_offset");
   expect_error([&] { layer.backward_kv(y, kvh, x, x, kvh, nullptr); },
-               "DecoderLayer::backward_kv: no forward_kv() to differentiate (call forward_kv first)");
+               "DecoderLayer::backward_kv: no forward_kv() to differentiate (call forward_kv first");
   EXPECT_EQ(counter.stats().allocations, 2u);
 }
 

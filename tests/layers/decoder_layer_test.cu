@@ -254,6 +254,8 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
   EXPECT_TRUE(operators::check_util::same_bits(denc.copy_to_host(), de1));
   EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
+  // The backward consumed its forward: a second backward is refused.
+  EXPECT_THROW(layer.backward(dx.data(), denc.data(), dy.data(), x.data(), enc.data(), stream.get()), Error);
   step(3, 7, 11);  // smaller shapes, S > L: new GEMM plans (host), still no device allocation
   EXPECT_EQ(counter.stats().allocations, 1u);
   try {
@@ -261,6 +263,47 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
     ADD_FAILURE() << "a source above max_seq_len was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("max_seq_len 24"), std::string::npos) << e.what();
+  }
+}
+
+// retain_forward (what the layer suite's backward timing uses): backwards repeated on one forward
+// give the bits of a consuming layer's one backward, with the outputs poisoned before each.
+TEST(DecoderLayerGpu, RetainedForwardRepeatsTheBackwardBitwise) {
+  SEQBENCH_REQUIRE_GPU();
+  using T = __half;
+  const LayerConfig config = steady_state_config();
+  SteadyStateParams<T, DecoderLayerWeights, DecoderLayerGrads> params(decoder_layer_parameter_shapes(config));
+  CudaAllocator cuda;
+  const std::size_t B = 4, L = 24, S = 17, H = 20;
+  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
+      enc(random_values<T>(B * S * H, 10, -1.0f, 1.0f)), dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
+  DeviceBuffer<T> y(B * L * H), dx(B * L * H), denc(B * S * H);
+  DeviceBuffer<std::int32_t> tl(std::vector<std::int32_t>{24, 3, 17, 0}),
+      sl(std::vector<std::int32_t>{17, 1, 0, 9});
+  Stream stream;
+  const auto forward = [&](DecoderLayer& layer) {
+    layer.forward(y.data(), x.data(), enc.data(), B, L, S, tl.data(), sl.data(), 11, 6, stream.get());
+  };
+  const auto backward = [&](DecoderLayer& layer) {
+    dx.fill_bytes(0xFF);
+    denc.fill_bytes(0xFF);
+    params.d_grads.fill_bytes(0xFF);
+    layer.backward(dx.data(), denc.data(), dy.data(), x.data(), enc.data(), stream.get());
+    stream.synchronize();
+  };
+  DecoderLayer consuming(config, params.weights, params.grads, cuda);
+  forward(consuming);
+  backward(consuming);
+  const std::vector<T> dx1 = dx.copy_to_host(), de1 = denc.copy_to_host(), g1 = params.d_grads.copy_to_host();
+  DecoderLayerOptions options;
+  options.retain_forward = true;
+  DecoderLayer retaining(config, params.weights, params.grads, cuda, options);
+  forward(retaining);
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    backward(retaining);
+    EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1)) << repeat;
+    EXPECT_TRUE(operators::check_util::same_bits(denc.copy_to_host(), de1)) << repeat;
+    EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1)) << repeat;
   }
 }
 

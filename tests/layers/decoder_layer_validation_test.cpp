@@ -158,6 +158,36 @@ TEST(DecoderLayerValidation, DryRunFollowsTheConfig) {
   });
 }
 
+// retain_forward (layers/decoder_layer.h): what the forward keeps lives through the whole backward,
+// in every dry-run variant, with the layer's own K/V projection and with external K/V heads.
+TEST(DecoderLayerValidation, RetainedForwardLivesThroughTheBackward) {
+  for_each_dry_run_variant([](const LayerConfig& c, Recompute recompute) {
+    for (const bool external : {false, true}) {
+      SCOPED_TRACE(external ? "external K/V" : "own K/V");
+      DecoderLayerOptions options;
+      options.prefix = "dec2.";
+      options.recompute = recompute;
+      options.external_kv = external;
+      DryRun consumed, retained;
+      consumed.tensors = decoder_layer_lifetimes(c, options, &consumed.ops, &consumed.forward_ops);
+      options.retain_forward = true;
+      retained.tensors = decoder_layer_lifetimes(c, options, &retained.ops, &retained.forward_ops);
+      EXPECT_EQ(retained.ops, consumed.ops);
+      expect_forward_retained(consumed.tensors, retained.tensors, consumed.forward_ops,
+                              static_cast<int>(consumed.ops.size()));
+    }
+  });
+  HostBackend backend;
+  CountingAllocator counter(backend);
+  FakeParams params;
+  DecoderLayerOptions options;
+  options.retain_forward = true;
+  DecoderLayer retained(small_config(), params.weights, params.grads, counter, options);
+  DecoderLayer consumed(small_config(), params.weights, params.grads, counter);
+  EXPECT_GT(retained.block_bytes(), consumed.block_bytes());
+  EXPECT_EQ(counter.stats().allocations, 2u);
+}
+
 TEST(DecoderLayerValidation, ParameterShapes) {
   const std::vector<DecoderTensorShape> shapes = decoder_layer_parameter_shapes(small_config());
   ASSERT_EQ(shapes.size(), 20u);

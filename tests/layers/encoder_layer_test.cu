@@ -307,6 +307,9 @@ TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1));
   EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1));
   EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1));
+  // The backward consumed its forward (its temporaries reused what the forward kept): a second
+  // backward is refused rather than computed from overwritten tensors.
+  EXPECT_THROW(layer.backward(dx.data(), dy.data(), x.data(), stream.get()), Error);
   step(3, 7);  // a smaller batch: new GEMM plans (host), still no device allocation
   EXPECT_EQ(counter.stats().allocations, 1u);
   // Above the plan: refused with both numbers.
@@ -315,6 +318,40 @@ TEST(EncoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
     ADD_FAILURE() << "a batch above max_batch_tokens was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("max_batch_tokens 96"), std::string::npos) << e.what();
+  }
+}
+
+// retain_forward (what the layer suite's backward timing uses): backwards repeated on one forward
+// give the bits of a consuming layer's one backward, for Recompute pointwise and none, with dx
+// and the gradients poisoned before each.
+TEST(EncoderLayerGpu, RetainedForwardRepeatsTheBackwardBitwise) {
+  SEQBENCH_REQUIRE_GPU();
+  using T = __half;
+  const LayerConfig config = steady_state_config();
+  SteadyStateParams<T, EncoderLayerWeights, EncoderLayerGrads> params(encoder_layer_parameter_shapes(config));
+  CudaAllocator cuda;
+  SteadyBatch<T> batch;
+  auto& [x, dy, y, dx, lengths, stream] = batch;
+  const std::size_t B = SteadyBatch<T>::B, L = SteadyBatch<T>::L;
+  for (const Recompute recompute : {Recompute::pointwise, Recompute::none}) {
+    SCOPED_TRACE(recompute_name(recompute));
+    EncoderLayerOptions options;
+    options.recompute = recompute;
+    EncoderLayer consuming(config, params.weights, params.grads, cuda, options);
+    batch.step(consuming, B, L);
+    const std::vector<T> y1 = y.copy_to_host(), dx1 = dx.copy_to_host(), g1 = params.d_grads.copy_to_host();
+    options.retain_forward = true;
+    EncoderLayer retaining(config, params.weights, params.grads, cuda, options);
+    retaining.forward(y.data(), x.data(), B, L, lengths.data(), 11, 4, stream.get());
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      dx.fill_bytes(0xFF);
+      params.d_grads.fill_bytes(0xFF);
+      retaining.backward(dx.data(), dy.data(), x.data(), stream.get());
+      stream.synchronize();
+      EXPECT_TRUE(operators::check_util::same_bits(y.copy_to_host(), y1)) << repeat;
+      EXPECT_TRUE(operators::check_util::same_bits(dx.copy_to_host(), dx1)) << repeat;
+      EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1)) << repeat;
+    }
   }
 }
 

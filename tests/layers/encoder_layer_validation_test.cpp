@@ -163,6 +163,28 @@ TEST(EncoderLayerValidation, DryRunFollowsTheConfig) {
   EXPECT_EQ(names_of(encoder_layer_lifetimes(small_config(), shared)).count("enc0.gemm_workspace"), 0u);
 }
 
+// retain_forward (a backward repeated on one forward, as the layer suite's timing does): what the
+// forward keeps lives through the whole backward, and no backward op writes it in place (the
+// recorder would refuse), in every dry-run variant; the layer plans it into its one block.
+TEST(EncoderLayerValidation, RetainedForwardLivesThroughTheBackward) {
+  for_each_dry_run_variant([](const LayerConfig& c, Recompute recompute) {
+    const DryRun consumed = dry_run(encoder_layer_lifetimes, c, "enc3.", recompute, 4096);
+    const DryRun retained = dry_run(encoder_layer_lifetimes, c, "enc3.", recompute, 4096, true);
+    EXPECT_EQ(retained.ops, consumed.ops);
+    expect_forward_retained(consumed.tensors, retained.tensors, consumed.forward_ops,
+                            static_cast<int>(consumed.ops.size()));
+  });
+  HostBackend backend;
+  CountingAllocator counter(backend);
+  FakeParams params;
+  EncoderLayerOptions options;
+  options.retain_forward = true;
+  EncoderLayer retained(small_config(), params.weights, params.grads, counter, options);
+  EncoderLayer consumed(small_config(), params.weights, params.grads, counter);
+  EXPECT_GT(retained.block_bytes(), consumed.block_bytes());
+  EXPECT_EQ(counter.stats().allocations, 2u);
+}
+
 TEST(EncoderLayerValidation, ParameterShapes) {
   const std::vector<EncoderTensorShape> shapes = encoder_layer_parameter_shapes(small_config());
   ASSERT_EQ(shapes.size(), 12u);

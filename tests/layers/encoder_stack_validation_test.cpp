@@ -124,6 +124,23 @@ TEST(EncoderStackValidation, OneLayerStackPlansAsMuchAsTheLayer) {
   }
 }
 
+// retain_forward over a stack: every layer's kept tensors live to the stack's last step.
+TEST(EncoderStackValidation, RetainedForwardLivesThroughTheWholeBackward) {
+  for (const Recompute recompute : {Recompute::none, Recompute::pointwise}) {
+    SCOPED_TRACE(recompute_name(recompute));
+    EncoderStackOptions options;
+    options.recompute = recompute;
+    std::vector<std::string> ops;
+    EncoderStackSteps steps;
+    const std::vector<TensorLifetime> consumed =
+        encoder_stack_lifetimes(small_config(false, 0.1), 3, options);
+    options.retain_forward = true;
+    const std::vector<TensorLifetime> retained =
+        encoder_stack_lifetimes(small_config(false, 0.1), 3, options, &ops, &steps);
+    expect_forward_retained(consumed, retained, steps.forward_steps, static_cast<int>(ops.size()));
+  }
+}
+
 TEST(EncoderStackValidation, DeepStacksPlanAtTheLowerBoundBelowSeparateLayers) {
   // Transformer-big (6 layers) and bert-large (24): the stack's one block against one
   // EncoderLayer's block per layer. Host only (plans, no allocation).

@@ -99,19 +99,50 @@ struct DryRun {
 };
 
 // The dry run of encoder_layer_lifetimes or decoder_layer_lifetimes under `prefix` ("enc3.") and
-// `recompute`, with a GEMM workspace of `gemm_workspace_bytes` planned.
+// `recompute`, with a GEMM workspace of `gemm_workspace_bytes` planned (and options.retain_forward).
 template <class Options>
 DryRun dry_run(std::vector<TensorLifetime> (*lifetimes)(const LayerConfig&, const Options&,
                                                         std::vector<std::string>*, int*),
                const LayerConfig& config, const std::string& prefix, Recompute recompute,
-               std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes) {
+               std::size_t gemm_workspace_bytes = kGemmWorkspaceBytes, bool retain_forward = false) {
   Options options;
   options.prefix = prefix;
   options.gemm_workspace_bytes = gemm_workspace_bytes;
   options.recompute = recompute;
+  options.retain_forward = retain_forward;
   DryRun r;
   r.tensors = lifetimes(config, options, &r.ops, &r.forward_ops);
   return r;
+}
+
+// A dry run with retain_forward against the same dry run without: the same ops and tensors; every
+// tensor the forward writes (first use before `forward_ops`) and the backward uses (last use at
+// or after it) lives to the last step, except a GEMM workspace (written by every GEMM, read by
+// none: it carries nothing from op to op); every other lifetime is unchanged, at least one tensor
+// is kept (else the check is empty), and the plan is sound. The retained block is never smaller.
+inline void expect_forward_retained(const std::vector<TensorLifetime>& consumed,
+                                    const std::vector<TensorLifetime>& retained, int forward_ops, int steps) {
+  ASSERT_EQ(consumed.size(), retained.size());
+  int kept = 0;
+  for (std::size_t i = 0; i < consumed.size(); ++i) {
+    const TensorLifetime &c = consumed[i], &r = retained[i];
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(r.name, c.name);
+    EXPECT_EQ(r.bytes, c.bytes);
+    EXPECT_EQ(r.first_step, c.first_step);
+    const bool workspace =
+        c.name.size() >= 14 && c.name.compare(c.name.size() - 14, 14, "gemm_workspace") == 0;
+    if (!c.external && !workspace && c.first_step < forward_ops && c.last_step >= forward_ops) {
+      EXPECT_EQ(r.last_step, steps - 1);
+      ++kept;
+    } else {
+      EXPECT_EQ(r.last_step, c.last_step);
+    }
+  }
+  EXPECT_GT(kept, 0);
+  const MemoryPlan plan = plan_memory(retained);
+  EXPECT_TRUE(find_plan_violations(retained, plan).empty());
+  EXPECT_GE(plan.block_bytes, plan_memory(consumed).block_bytes);
 }
 
 // The dry-run tests' variants with Recompute (layers/layer_run.h): small_config(pre, attn_dropout)

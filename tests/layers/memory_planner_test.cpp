@@ -151,6 +151,61 @@ TEST(LifetimeRecorder, RefusesDescriptionBugs) {
   expect_error_all([] { LifetimeRecorder bad(48); }, {"alignment 48"});
 }
 
+// A forward of two steps and a backward of two: what the forward writes and the backward reads
+// lives to the last step; a tensor of one pass only, and an external, keep their lifetimes.
+TEST(LifetimeRecorder, RetainingTheForwardKeepsWhatTheBackwardReadsToTheEnd) {
+  LifetimeRecorder rec;
+  const TensorId x = rec.external("x");
+  const TensorId saved = rec.tensor("saved", 64);   // forward -> first backward op
+  const TensorId fwd = rec.tensor("fwd_only", 64);  // forward only
+  const TensorId grad = rec.tensor("grad", 64);     // backward only
+  const TensorId late = rec.tensor("late", 64);     // backward only, born after saved's last read
+  const TensorId dx = rec.external("dx");
+  rec.op("f0", {x}, {saved, fwd});
+  rec.op("f1", {fwd}, {});
+  rec.op("b0", {saved}, {grad});
+  rec.op("b1", {grad}, {late});
+  rec.op("b2", {late}, {dx});
+  const std::vector<TensorLifetime> consumed = rec.lifetimes();
+  EXPECT_EQ(consumed[saved].last_step, 2);
+  const std::vector<TensorLifetime> kept = rec.lifetimes_retaining_forward(2);
+  EXPECT_EQ(kept[saved].first_step, 0);
+  EXPECT_EQ(kept[saved].last_step, 4);
+  EXPECT_EQ(kept[fwd].last_step, 1);
+  EXPECT_EQ(kept[grad].first_step, 2);
+  EXPECT_EQ(kept[grad].last_step, 3);
+  EXPECT_EQ(kept[late].last_step, 4);
+  EXPECT_EQ(kept[x].last_step, consumed[x].last_step);
+  // Consumed, `late` may take `saved`'s bytes (at most two slots live at once); kept, the three
+  // are live together at b1 and nothing the backward writes can sit on `saved`.
+  const MemoryPlan consumed_plan = plan_memory(consumed), kept_plan = plan_memory(kept);
+  EXPECT_TRUE(find_plan_violations(kept, kept_plan).empty());
+  EXPECT_EQ(consumed_plan.block_bytes, 2 * kBlockAlignment);
+  EXPECT_EQ(kept_plan.block_bytes, 3 * kBlockAlignment);
+  // forward_steps = 0 (no forward) and = steps (no backward) change nothing.
+  for (const int f : {0, 5}) {
+    const std::vector<TensorLifetime> same = rec.lifetimes_retaining_forward(f);
+    for (std::size_t i = 0; i < same.size(); ++i) EXPECT_EQ(same[i].last_step, consumed[i].last_step) << f;
+  }
+  expect_error_all([&] { rec.lifetimes_retaining_forward(6); }, {"forward_steps 6", "[0, 5]"});
+  expect_error_all([&] { rec.lifetimes_retaining_forward(-1); }, {"forward_steps -1"});
+}
+
+// A backward op that writes a kept tensor in place would hand a second backward the first one's
+// values: refused, naming the tensor and the op.
+TEST(LifetimeRecorder, RetainingTheForwardRefusesABackwardThatOverwritesWhatItKeeps) {
+  LifetimeRecorder rec;
+  const TensorId x = rec.external("x");
+  const TensorId probs = rec.tensor("probs", 64);
+  const TensorId dx = rec.external("dx");
+  rec.op("softmax", {x}, {probs});
+  rec.op("softmax_bwd_in_place", {probs}, {probs});
+  rec.op("out", {probs}, {dx});
+  EXPECT_NO_THROW(rec.lifetimes());
+  expect_error_all([&] { rec.lifetimes_retaining_forward(1); },
+                   {"'probs'", "'softmax_bwd_in_place'", "step 1", "second backward"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // The planner.
 
