@@ -50,6 +50,7 @@
 #include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
 #include "tests/layers/layer_params.h"
+#include "tests/layers/poisoning_allocator.h"
 
 namespace seqbench::layers {
 namespace {
@@ -139,7 +140,8 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline, NormwiseErrors*
   DecoderLayerGrads grads;
   point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   CudaAllocator cuda;
-  CountingAllocator counter(cuda);
+  PoisoningAllocator poisoned(cuda, 0xFF);  // every planned or cached block starts as NaN
+  CountingAllocator counter(poisoned);
   DeviceBuffer<T> d_x(x), d_enc(enc), d_dy(dy), d_y(rows * Hs), d_dx(rows * Hs), d_denc(src_rows * Hs);
   d_y.fill_bytes(0xFF);
   d_dx.fill_bytes(0xFF);

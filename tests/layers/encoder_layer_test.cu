@@ -57,6 +57,7 @@
 #include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
 #include "tests/layers/layer_params.h"
+#include "tests/layers/poisoning_allocator.h"
 
 namespace seqbench::layers {
 namespace {
@@ -161,7 +162,8 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline, NormwiseErrors*
   EncoderLayerGrads grads;
   point_views(weights, grads, d_params.data(), d_grads.data(), offsets);
   CudaAllocator cuda;
-  CountingAllocator counter(cuda);
+  PoisoningAllocator poisoned(cuda, 0xFF);  // every planned or cached block starts as NaN
+  CountingAllocator counter(poisoned);
   DeviceBuffer<T> d_x(x), d_dy(dy), d_y(rows * static_cast<std::size_t>(H)),
       d_dx(rows * static_cast<std::size_t>(H));
   d_y.fill_bytes(0xFF);

@@ -33,6 +33,7 @@
 #include "tests/common/gpu_test.h"
 #include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_params.h"
+#include "tests/layers/poisoning_allocator.h"
 
 namespace seqbench::layers {
 namespace {
@@ -113,6 +114,9 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline, Recompute chain
   DeviceBuffer<char> workspace(kGemmWorkspaceBytes);
   Gemm gemm(workspace.data(), workspace.size());
   CudaAllocator cuda;
+  // Every planned or cached block starts poisoned, with a different byte on each side, so that a
+  // temporary's element neither side wrote cannot compare equal.
+  PoisoningAllocator chained_poison(cuda, 0xFF), stack_poison(cuda, 0x7F);
   Stream stream;
 
   // The chained layers: hidden states h_1 .. h_{n-1} and their gradients in separate buffers.
@@ -124,7 +128,7 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline, Recompute chain
     dh.back().fill_bytes(0xFF);
   }
   {
-    CountingAllocator counter(cuda);
+    CountingAllocator counter(chained_poison);
     CachingAllocator cache(counter);
     std::vector<std::unique_ptr<EncoderLayer>> managed;
     std::vector<std::unique_ptr<BaselineEncoderLayer>> eager;
@@ -160,7 +164,7 @@ void run_case(const Case& cs, std::uint64_t seed, bool baseline, Recompute chain
       chain(managed);
   }
 
-  CountingAllocator counter(cuda);
+  CountingAllocator counter(stack_poison);
   CachingAllocator cache(counter);
   DeviceBuffer<T> y(TH), dx(TH);
   const auto step = [&](auto& stack) {
