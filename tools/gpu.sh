@@ -8,7 +8,10 @@
 #      suites the PyTorch runner maps (into build/gpu-dump/, not $OUT: it is large); then, where
 #      torch is importable, the PyTorch baselines of the same suites (suites/pytorch/run.py) into
 #      the same folder, with --parity over that dump (its differences land in the torch reports'
-#      checks); then regenerate that folder's tables, which join both (the "vs torch" columns);
+#      checks) and --budget-seconds (what is left of the call less 30 s: it starts no experiment
+#      it cannot finish, and lists those "not started: time budget"; a SIGTERM from `timeout`
+#      still leaves every finished experiment in the report); then regenerate that folder's
+#      tables, which join both (the "vs torch" columns);
 #   4. print a short summary last.
 # Logs and a tarball of the new reports go to $OUT (or ./gpu-out) so they come back from a lease.
 #
@@ -18,6 +21,10 @@
 #                                           several calls: build/gpu stays while the machine is warm.
 #   TARGETS="seqbench" tools/gpu.sh ...     build only those targets (a call that only runs suites
 #                                           needs just `seqbench`: about half the translation units)
+#   TORCH_FILTER="RE" tools/gpu.sh ...      the torch stage measures only what the Python regex RE
+#                                           selects (the runner's --filter, over suite/experiment/
+#                                           variant); each such part merges into reports/<device>/
+#                                           pytorch-<suite>.json (suites/pytorch/README.md, "Reports")
 #
 # A lease is 30 device-minutes in calls of at most 10, and a machine is released 30 s after a call,
 # so plan on every call starting bare (a fresh build each time; carry .bundle every time). Ignored
@@ -30,7 +37,11 @@
 #   2. STAGES="build run" TARGETS=seqbench tools/gpu.sh device operators
 #   3. STAGES="build run" TARGETS=seqbench tools/gpu.sh trainer layers
 #   4. STAGES="build dump torch" TARGETS=seqbench tools/gpu.sh --quick layers  (then trainer,
-#      operators with the runner's --filter: torch.compile costs seconds per experiment)
+#      operators in parts with TORCH_FILTER: torch.compile costs seconds per experiment; a part
+#      that runs out of budget lists what it did not start, and the summary says "incomplete").
+#      The parts merge into one report only when built from one git sha: use one .prebuilt for
+#      all of them, or unpack each part's reports.tar into the tree without committing until the
+#      suite is complete (a commit between builds changes the sha, and the runner refuses to mix)
 #   5. STAGES="build sanitize" tools/gpu.sh                      when minutes remain
 # and commit reports/<device>/ from each call's reports.tar before the next.
 #
@@ -286,6 +297,8 @@ else
 fi
 parity=()
 [ -d "$dump_dir" ] && parity=(--parity "$dump_dir")
+torch_filter=()
+[ -n "${TORCH_FILTER:-}" ] && torch_filter=(--filter "$TORCH_FILTER")
 if ! want torch; then
   step "pytorch baselines" "$why"
 elif [ ${#suites[@]} -gt 0 ] && [ ${#torch_suites[@]} -eq 0 ]; then
@@ -294,11 +307,25 @@ elif ! python3 -c 'import torch' >/dev/null 2>&1; then
   step "pytorch baselines" "skipped (torch not importable)"
 elif [ ! -x "$bin" ]; then
   step "pytorch baselines" "skipped (seqbench not built)"
-elif timeout "$(left)" python3 suites/pytorch/run.py --seqbench "$bin" "${quick[@]}" \
-       "${torch_suites[@]}" "${parity[@]}" --out "$dir" 2>&1 | tee "$out/pytorch.log"; then
-  step "pytorch baselines" ok
 else
-  step "pytorch baselines" "FAILED (see $out/pytorch.log)"
+  # The runner's own budget ends 30 s before the call's, so that it stops starting experiments
+  # (and writes its reports) before `timeout` has to end it; at least 10 s.
+  torch_budget=$(($(left) - 30))
+  ((torch_budget < 10)) && torch_budget=10
+  timeout "$(left)" python3 suites/pytorch/run.py --seqbench "$bin" "${quick[@]}" "${torch_suites[@]}" \
+    "${torch_filter[@]}" "${parity[@]}" --budget-seconds "$torch_budget" --out "$dir" 2>&1 |
+    tee "$out/pytorch.log"
+  rc=$?
+  filtered=${TORCH_FILTER:+ (TORCH_FILTER=$TORCH_FILTER)}
+  if [ "$rc" -eq 0 ]; then
+    step "pytorch baselines" "ok$filtered"
+  elif [ "$rc" -eq 3 ]; then
+    step "pytorch baselines" "incomplete$filtered: the time budget left experiments unstarted (see pytorch.log; the rest with TORCH_FILTER)"
+  elif timed_out "$rc"; then
+    step "pytorch baselines" "TIMED OUT (call budget; the reports hold what finished, see $out/pytorch.log)"
+  else
+    step "pytorch baselines" "FAILED$filtered (see $out/pytorch.log)"
+  fi
 fi
 if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then

@@ -2,7 +2,12 @@
 
 Order of work: arguments and the --filter regex, then `seqbench list/info` (nothing written), then
 torch and a CUDA device (a one-line error and nothing written when either is missing), then the
-output folder, then the measurements: one report per suite, `DIR/pytorch-<suite>.json`.
+output folder, then the measurements: one report per suite, `DIR/pytorch-<suite>.json`, merged
+into the one already there (merge.py) and rewritten after every experiment.
+
+Exit codes: 0 done; 1 a failure (a variant, a parity check, or an error: one line on stderr,
+SIGTERM included, after the reports are written); 2 bad usage; 3 nothing failed but --budget-seconds
+left experiments unstarted (the reports list them).
 """
 import argparse
 import os
@@ -10,13 +15,16 @@ import re
 import sys
 
 from . import listing
+from .budget import Budget
 from .errors import RunnerError, Unmapped
 from .families import FAMILIES, plan_for
+from .interrupt import Terminated, sigterm_raises
 from .policy import TimerPolicy
 
 PROG = "seqbench-pytorch"
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INCOMPLETE = 3  # measure.EXIT_INCOMPLETE
 DEFAULT_SEED = 20261122  # RunOptions::seed in suites/runner.h
 
 
@@ -42,8 +50,21 @@ def parser():
     p.add_argument("--parity", default="", metavar="DUMP_DIR",
                    help="also hold seqbench's outputs dumped there (`seqbench dump --out DUMP_DIR`) against PyTorch's "
                    "on the same inputs; the differences land in the reports' checks")
+    p.add_argument("--budget-seconds", type=budget_seconds, default=None, metavar="N",
+                   help="start no experiment once fewer seconds than the longest one so far (at least 15) are "
+                   "left of N from the start; what was not started is listed in the reports (exit 3)")
     p.add_argument("--dry-run", action="store_true", help="print what maps to what and exit; needs no torch")
     return p
+
+
+def budget_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"--budget-seconds {text!r} is not a positive number of seconds")
+    return value
 
 
 def compile_filter(text):
@@ -94,6 +115,7 @@ def prepare_out_dir(path):
 
 
 def run(args, out):
+    budget = Budget(args.budget_seconds)  # from the start: listing and importing torch take seconds too
     regex = compile_filter(args.filter)
     suites = select_suites(listing.list_suites(args.seqbench, args.quick), args.suite)
     plans = {s.name: plan_suite(s, regex) for s in suites}
@@ -117,7 +139,7 @@ def run(args, out):
     torch = environment.require_torch_cuda()
     from .measure import measure_suites
 
-    return measure_suites(torch, environment.frameworks(torch), info, suites, plans, args, out)
+    return measure_suites(torch, environment.frameworks(torch), info, suites, plans, args, out, budget)
 
 
 def main(argv=None):
@@ -128,9 +150,14 @@ def main(argv=None):
         print(f"{PROG}: error: {e} (see --help)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return run(args, sys.stdout)
+        # SIGTERM (gpu.sh's timeout) raises Terminated: measure.py writes what it has, then says so.
+        with sigterm_raises():
+            return run(args, sys.stdout)
     except RunnerError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Terminated:
+        print(f"{PROG}: error: terminated by SIGTERM (nothing measured yet)", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"{PROG}: error: interrupted", file=sys.stderr)

@@ -7,3 +7,9 @@ class RunnerError(Exception):
 
 class Unmapped(Exception):
     """An experiment this runner has no PyTorch equivalent for (the reason says why)."""
+
+
+def failure_reason(ex):
+    """`Type: message` on one line (at most 300 characters of the message): what a report's unmapped
+    entry and a failed check's detail say, and what fits the one-line error."""
+    return f"{type(ex).__name__}: {' '.join(str(ex).split())[:300]}"

@@ -112,3 +112,15 @@ def info(seqbench):
         if key not in doc:
             raise RunnerError(f"seqbench info --json: missing '{key}'")
     return doc
+
+
+def validate_report(seqbench, path):
+    """None when `seqbench table` reads the report at `path` (read_report: the schema's validator,
+    the authority), else its one-line reason; what merge.py asks before merging into a report."""
+    try:
+        done = subprocess.run([seqbench, "table", path], capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RunnerError(f"cannot run '{seqbench} table {path}': {e}") from None
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip().splitlines() or [f"exited {done.returncode}"])[-1]

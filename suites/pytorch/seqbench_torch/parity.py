@@ -26,7 +26,7 @@ import os
 import struct
 
 from . import npy
-from .errors import RunnerError
+from .errors import RunnerError, failure_reason
 from .report import check
 
 # Integer outputs (counts) are exact: u = 0, and with n = 0 their bound is 0.
@@ -316,6 +316,8 @@ def oracle_for(experiment, suite="operators"):
 
 
 def manifests(dump_dir, suite):
+    """[(folder, manifest, problem)] of every dumped experiment of `suite`, by folder name: the
+    manifest's JSON, or None and why it could not be read."""
     root = os.path.join(dump_dir, suite)
     if not os.path.isdir(root):
         return []
@@ -323,50 +325,113 @@ def manifests(dump_dir, suite):
     for name in sorted(os.listdir(root)):
         path = os.path.join(root, name, "manifest.json")
         if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                found.append((os.path.dirname(path), json.load(f)))
+            try:
+                with open(path, encoding="utf-8") as f:
+                    found.append((os.path.dirname(path), json.load(f), None))
+            except (OSError, ValueError) as e:
+                found.append((os.path.dirname(path), None, f"{path}: {failure_reason(e)}"))
     return found
 
 
-def parity_checks(torch, dump_dir, suite, regex):
-    """The checks of every dumped experiment of `suite` selected by `regex` (over suite/experiment)."""
+def selected(dump_dir, suite, regex):
+    """[(folder, experiment, manifest, problem)] that `regex` selects (over suite/experiment); a
+    manifest that cannot be read goes by its folder's name."""
+    out = []
+    for folder, manifest, problem in manifests(dump_dir, suite):
+        experiment = manifest.get("experiment") if isinstance(manifest, dict) else None
+        if not isinstance(experiment, str) or not experiment:
+            experiment = os.path.basename(folder)
+            problem = problem or f"{folder}/manifest.json: no experiment name"
+        if regex.search(f"{suite}/{experiment}"):
+            out.append((folder, experiment, manifest, problem))
+    return out
+
+
+def torch_version(torch):
+    return getattr(torch, "__version__", "?")
+
+
+def failed_check(torch, experiment, detail):
+    """A check that could not be made: passed false, no numbers, `detail` says why."""
+    c = check(f"{experiment} vs PyTorch {torch_version(torch)}", False, None, None, None, detail)
+    c["experiment"] = experiment
+    return c
+
+
+def unchecked(torch, experiment, name, computed):
+    """A dumped output that no oracle output compares with: missing coverage, shown as a check that
+    did not pass (the schema has no third state; `unchecked: true` tells it from a mismatch)."""
+    c = check(f"{experiment} {name} vs PyTorch {torch_version(torch)}", False, None, None, None,
+              f"unchecked: seqbench dumped '{name}' but no PyTorch oracle output has that name "
+              f"(the oracle computes: {', '.join(computed) or 'nothing'}; parity.py / parity_layers.py)")
+    c["experiment"] = experiment
+    c["unchecked"] = True
+    return c
+
+
+def manifest_checks(torch, folder, manifest, suite):
+    """The checks of one dumped experiment: one per output seqbench dumped."""
+    experiment = manifest.get("experiment", "")
+    if manifest.get("schema") != "seqbench.dump/1":
+        raise RunnerError(f"{folder}/manifest.json: expected schema 'seqbench.dump/1', got {manifest.get('schema')!r}")
+    oracle, backward = oracle_for(experiment, suite)
+    if oracle is None:
+        return []
     checks = []
-    for folder, manifest in manifests(dump_dir, suite):
-        experiment = manifest.get("experiment", "")
-        if manifest.get("schema") != "seqbench.dump/1":
-            raise RunnerError(f"{folder}/manifest.json: expected schema 'seqbench.dump/1'")
-        if not regex.search(f"{suite}/{experiment}"):
+    arrays, ours, dtypes = {}, {}, {}
+    for a in manifest["arrays"]:
+        descr, shape, payload = npy.read(os.path.join(folder, a["file"]))
+        t = npy.to_torch(torch, descr, shape, payload, a["dtype"])
+        (arrays if a["role"] == "input" else ours)[a["name"]] = t
+        dtypes[a["name"]] = a["dtype"]
+    theirs = oracle(torch, arrays, manifest["params"], backward)
+    for name, (tensor, n) in theirs.items():
+        if name not in ours:  # torch computes more than seqbench dumped: nothing to compare with
             continue
-        oracle, backward = oracle_for(experiment, suite)
-        if oracle is None:
+        if tensor.numel() != ours[name].numel():
+            raise RunnerError(f"{folder}: {name} has {ours[name].numel()} elements, torch's {tensor.numel()}")
+        tensor = tensor.reshape(ours[name].shape)
+        title = f"{experiment} {name} vs PyTorch {torch_version(torch)}"
+        if hasattr(n, "tolerance"):  # a layer's normwise bound (parity_layers.LayerBound)
+            from .parity_layers import normwise_check
+            a, b = ours[name].double(), tensor.to(ours[name].dtype).double()
+            err = (a - b).abs().max().item() if a.numel() else 0.0
+            scale = b.abs().max().item() if b.numel() else 0.0
+            passed, ratio, tol = normwise_check(err, scale, dtypes[name], n)
+            checks.append(check(title, passed, ratio, ratio, tol,
+                                f"max |seqbench - torch| / max |torch| over {tensor.numel()} elements; "
+                                f"max abs {err:.3e}, max |torch| {scale:.3e}; {n.describe()}"))
             continue
-        arrays, ours, dtypes = {}, {}, {}
-        for a in manifest["arrays"]:
-            descr, shape, payload = npy.read(os.path.join(folder, a["file"]))
-            t = npy.to_torch(torch, descr, shape, payload, a["dtype"])
-            (arrays if a["role"] == "input" else ours)[a["name"]] = t
-            dtypes[a["name"]] = a["dtype"]
-        theirs = oracle(torch, arrays, manifest["params"], backward)
-        for name, (tensor, n) in theirs.items():
-            if name not in ours:
-                continue
-            if tensor.numel() != ours[name].numel():
-                raise RunnerError(f"{folder}: {name} has {ours[name].numel()} elements, torch's {tensor.numel()}")
-            tensor = tensor.reshape(ours[name].shape)
-            title = f"{experiment} {name} vs PyTorch {torch.__version__}"
-            if hasattr(n, "tolerance"):  # a layer's normwise bound (parity_layers.LayerBound)
-                from .parity_layers import normwise_check
-                a, b = ours[name].double(), tensor.to(ours[name].dtype).double()
-                err = (a - b).abs().max().item() if a.numel() else 0.0
-                scale = b.abs().max().item() if b.numel() else 0.0
-                passed, ratio, tol = normwise_check(err, scale, dtypes[name], n)
-                checks.append(check(title, passed, ratio, ratio, tol,
-                                    f"max |seqbench - torch| / max |torch| over {tensor.numel()} elements; "
-                                    f"max abs {err:.3e}, max |torch| {scale:.3e}; {n.describe()}"))
-                continue
-            scaled, rel, abs_err = scaled_errors(torch, ours[name], tensor.to(ours[name].dtype))
-            tol = tolerance(dtypes[name], n)
-            checks.append(check(title, scaled <= tol, scaled, rel, tol,
-                                f"max |seqbench - torch| / max(1, |torch|) over {tensor.numel()} elements; "
-                                f"max abs {abs_err:.3e}; bound 2u + 2n·2^-24 with n = {n} (suites/pytorch parity.py)"))
+        scaled, rel, abs_err = scaled_errors(torch, ours[name], tensor.to(ours[name].dtype))
+        tol = tolerance(dtypes[name], n)
+        checks.append(check(title, scaled <= tol, scaled, rel, tol,
+                            f"max |seqbench - torch| / max(1, |torch|) over {tensor.numel()} elements; "
+                            f"max abs {abs_err:.3e}; bound 2u + 2n·2^-24 with n = {n} (suites/pytorch parity.py)"))
+    for c in checks:
+        c["experiment"] = experiment
+    # A dumped output that no oracle output compares with is missing coverage (a new output, a
+    # renamed one), not a pass: it is listed, not skipped.
+    checks.extend(unchecked(torch, experiment, name, list(theirs)) for name in ours if name not in theirs)
+    return checks
+
+
+def parity_checks(torch, dump_dir, suite, regex, may_start=None, on_error=None):
+    """The checks of every dumped experiment of `suite` selected by `regex` (over suite/experiment),
+    each tagged with its `experiment`. An error in one of them (a manifest that cannot be read or
+    has another schema, an oracle that raises, sizes that differ) is that experiment's failed check,
+    the reason in its detail, and the others still run; `on_error(exception)` is then called (it may
+    raise: the runner stops on a broken CUDA context). `may_start(experiment)` false: not checked
+    (the caller records why)."""
+    checks = []
+    for folder, experiment, manifest, problem in selected(dump_dir, suite, regex):
+        if may_start is not None and not may_start(experiment):
+            continue
+        try:
+            if problem is not None:
+                raise RunnerError(problem)
+            checks.extend(manifest_checks(torch, folder, manifest, suite))
+        except Exception as ex:
+            checks.append(failed_check(torch, experiment, f"error: {failure_reason(ex)}"))
+            if on_error is not None:
+                on_error(ex)
     return checks

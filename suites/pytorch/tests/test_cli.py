@@ -4,8 +4,10 @@ A stand-in `torch` package on PYTHONPATH makes torch absent (or CUDA-less) even 
 has the real one."""
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 from tests import support
@@ -17,6 +19,17 @@ NO_CUDA = (
     "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
 )
 OLD_TORCH = '__version__ = "1.13.1"\n'
+BROKEN_TORCH = 'raise OSError("libcudart.so.12: cannot open shared object file:\\n No such file or directory")\n'
+BROKEN_CUDA = (
+    '__version__ = "2.11.0"\n'
+    "class cuda:\n    @staticmethod\n    def is_available():\n        raise RuntimeError('driver too old')\n"
+)
+# A torch whose import takes long (as a cold CUDA initialization can): it says so, then sleeps.
+SLOW_TORCH = (
+    "import os, time\n"
+    "open(os.environ['SLOW_TORCH_MARK'], 'w').close()\n"
+    "time.sleep(60)\n"
+)
 
 
 class Command(support.ScratchTest):
@@ -49,6 +62,46 @@ class Command(support.ScratchTest):
         done = self.run_py("--seqbench", support.seqbench_binary(), "--out", out, fake_torch=NO_CUDA)
         self.assert_one_line_error(done, 1, "sees no CUDA device")
         self.assertFalse(os.path.exists(out))
+
+    def test_a_torch_that_fails_to_import_is_one_line(self):
+        # Not only ImportError: a broken CUDA library raises OSError from torch's import (L3).
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--out", self.path("o"), fake_torch=BROKEN_TORCH)
+        self.assert_one_line_error(done, 1, "PyTorch is not importable (OSError: libcudart.so.12: cannot open shared "
+                                            "object file: No such file or directory)")
+        self.assertFalse(os.path.exists(self.path("o")))
+        done = self.run_py("--seqbench", support.seqbench_binary(), "--out", self.path("o"), fake_torch=BROKEN_CUDA)
+        self.assert_one_line_error(done, 1, "cannot query CUDA (RuntimeError: driver too old)")
+
+    def test_budget_seconds_must_be_positive(self):
+        for bad in ("0", "-5", "soon", "inf", "nan"):
+            self.assert_one_line_error(self.run_py("--seqbench", "x", "--budget-seconds", bad), 2, "--budget-seconds")
+
+    def test_sigterm_is_one_line_and_exit_1(self):
+        pkg = self.path("fake", "torch")
+        os.makedirs(pkg)
+        with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
+            f.write(SLOW_TORCH)
+        env = dict(os.environ, SLOW_TORCH_MARK=self.path("mark"),
+                   PYTHONPATH=self.path("fake") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.Popen([sys.executable, support.RUN_PY, "--seqbench", support.seqbench_binary(), "--out",
+                                 self.path("o")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(self.path("mark")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertEqual(err.splitlines(), ["seqbench-pytorch: error: terminated by SIGTERM (nothing measured yet)"])
+
+    def test_the_exit_codes_agree(self):
+        from seqbench_torch import cli, measure
+        self.assertEqual(cli.EXIT_INCOMPLETE, measure.EXIT_INCOMPLETE)
+        self.assertNotIn(cli.EXIT_INCOMPLETE, (cli.EXIT_FAILURE, cli.EXIT_USAGE))
 
     def test_torch_1_is_refused(self):
         done = self.run_py("--seqbench", support.seqbench_binary(), "--out", self.path("o"), fake_torch=OLD_TORCH)

@@ -11,6 +11,7 @@ from tests import support  # noqa: F401  (puts the runner on sys.path)
 from tests.test_timing import FakeTensor, FakeTorch
 from seqbench_torch import listing
 from seqbench_torch.families.common import COMPILE, EAGER, Plan
+from seqbench_torch.cuda_state import CudaUnusable
 from seqbench_torch.measure import measure_experiment
 
 
@@ -125,6 +126,39 @@ class MeasureExperiment(unittest.TestCase):
         self.assertTrue(all(f["reason"] == "failed: MemoryError: CUDA out of memory" for f in failures))
         self.assertEqual(self.ran, [])
         self.assertIn("FAILED building 4 copies of its inputs: MemoryError", lines[0])
+
+    def test_a_sticky_error_building_the_inputs_stops_with_the_failures(self):
+        def build(torch):
+            raise RuntimeError("CUDA error: device-side assert triggered")
+
+        with self.assertRaises(CudaUnusable) as caught:
+            self.measure(2, Plan((EAGER, COMPILE), False, build))
+        self.assertIsNone(caught.exception.entry)
+        self.assertEqual([(f["variant"], f["reason"]) for f in caught.exception.failures],
+                         [(v, "failed: RuntimeError: CUDA error: device-side assert triggered") for v in (EAGER, COMPILE)])
+
+    def test_a_sticky_error_keeps_what_was_measured(self):
+        plan = self.plan(graph=False)
+        build = plan.build
+
+        def failing_build(torch):
+            works = build(torch)
+
+            def compile_call():
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+            works[COMPILE] = compile_call
+            return works
+
+        labels = []
+        with self.assertRaises(CudaUnusable) as caught:
+            measure_experiment(self.torch, FakeTimer(), experiment(1), Plan((EAGER, COMPILE), False, failing_build),
+                               (EAGER, COMPILE), 3000.0, lambda line: None, labels.append)
+        self.assertEqual(labels, ["operators/dropout_fwd/f32/elements=8/torch_eager",
+                                  "operators/dropout_fwd/f32/elements=8/torch_compile"])
+        self.assertEqual([v["name"] for v in caught.exception.entry["variants"]], [EAGER])
+        self.assertEqual(caught.exception.entry["baseline"], EAGER)
+        self.assertEqual([f["variant"] for f in caught.exception.failures], [COMPILE])
 
 
 if __name__ == "__main__":

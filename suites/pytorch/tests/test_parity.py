@@ -7,6 +7,7 @@ import os
 import re
 import struct
 import unittest
+from unittest import mock
 
 from tests import support
 from tests.test_npy import npy_bytes
@@ -130,8 +131,59 @@ class Folders(support.ScratchTest):
         self.write("softmax_fwd/f32/bh=1x1,len=8")
         self.assertEqual(parity.parity_checks(None, self.path("dump"), "operators", re.compile("layernorm")), [])
         self.write("x_fwd/f32/n=2", schema="seqbench.dump/2")
-        with self.assertRaisesRegex(RunnerError, "expected schema 'seqbench.dump/1'"):
-            parity.parity_checks(None, self.path("dump"), "operators", re.compile("nothing"))
+        self.assertEqual(parity.parity_checks(None, self.path("dump"), "operators", re.compile("nothing")), [])
+        # Another schema is that experiment's failed check (D3), not the end of the run.
+        (c,) = parity.parity_checks(None, self.path("dump"), "operators", re.compile("/x_fwd"))
+        self.assertEqual((c["name"], c["experiment"], c["passed"]), ("x_fwd/f32/n=2 vs PyTorch ?", "x_fwd/f32/n=2", False))
+        self.assertIn("expected schema 'seqbench.dump/1', got 'seqbench.dump/2'", c["detail"])
+
+    def test_an_error_in_one_experiment_is_its_failed_check_and_the_others_run(self):
+        self.write("softmax_fwd/f32/bh=1x1,len=8")
+        self.write("softmax_fwd/f32/bh=1x1,len=16")
+        errors, asked = [], []
+
+        def oracle(torch, arrays, params, backward):
+            raise RuntimeError("oracle blew up")
+
+        with mock.patch.dict(parity.ORACLES, {"softmax": oracle}):
+            checks = parity.parity_checks(None, self.path("dump"), "operators", re.compile(".*"),
+                                          may_start=lambda e: asked.append(e) or True, on_error=errors.append)
+        self.assertEqual([c["experiment"] for c in checks], ["softmax_fwd/f32/bh=1x1,len=16",
+                                                             "softmax_fwd/f32/bh=1x1,len=8"])
+        self.assertTrue(all(not c["passed"] and c["detail"] == "error: RuntimeError: oracle blew up" for c in checks))
+        self.assertEqual(len(errors), 2)
+        self.assertEqual(asked, [c["experiment"] for c in checks])
+
+    def test_what_may_not_start_is_not_checked(self):
+        self.write("softmax_fwd/f32/bh=1x1,len=8")
+        self.assertEqual(parity.parity_checks(None, self.path("dump"), "operators", re.compile(".*"),
+                                              may_start=lambda e: False), [])
+
+    def test_a_dumped_output_no_oracle_computes_is_listed_unchecked(self):
+        folder = self.path("dump", "operators", "e")
+        os.makedirs(folder)
+        arrays = [{"name": "x", "role": "input", "dtype": "f32", "file": "x.npy"},
+                  {"name": "y", "role": "output", "dtype": "f32", "file": "y.npy"},
+                  {"name": "y_extra", "role": "output", "dtype": "f32", "file": "y_extra.npy"}]
+        with open(os.path.join(folder, "manifest.json"), "w", encoding="utf-8") as f:
+            json.dump({"schema": "seqbench.dump/1", "experiment": "dropout_fwd/f32/n=1", "params": {"p": 0.0},
+                       "arrays": arrays}, f)
+
+        def oracle(torch, arrays_in, params, backward):
+            self.assertEqual(list(arrays_in), ["x"])
+            return {"z": (object(), 1)}  # computes an output nobody dumped: nothing to compare with
+
+        with mock.patch.dict(parity.ORACLES, {"dropout": oracle}), \
+                mock.patch.object(npy, "read", lambda path: ("<f4", (1,), b"")), \
+                mock.patch.object(npy, "to_torch", lambda torch, descr, shape, payload, dtype: object()):
+            checks = parity.parity_checks(None, self.path("dump"), "operators", re.compile(".*"))
+        self.assertEqual([c["name"] for c in checks], ["dropout_fwd/f32/n=1 y vs PyTorch ?",
+                                                       "dropout_fwd/f32/n=1 y_extra vs PyTorch ?"])
+        for c in checks:
+            self.assertFalse(c["passed"])
+            self.assertTrue(c["unchecked"])
+            self.assertIsNone(c["tolerance"])
+            self.assertIn("no PyTorch oracle output has that name (the oracle computes: z;", c["detail"])
 
     def test_tolerance_of_elementwise_chains(self):
         self.assertEqual(parity.tolerance("f32", 1), 4 * 2.0 ** -24)

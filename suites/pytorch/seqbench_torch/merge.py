@@ -1,0 +1,201 @@
+"""One report per suite and folder, made of parts. A lease's call is limited to 10 minutes, so the
+PyTorch baselines of a suite are measured in several calls with --filter, each writing the same
+DIR/pytorch-<suite>.json: each run merges into the report it finds there instead of replacing it.
+
+What merges. The existing file must be a valid seqbench.report/1 document (`seqbench table`'s
+validator decides) of the same suite, written by this runner (meta.runner "pytorch"), measured on
+the same device, from the same seqbench git sha and with the same torch version: numbers of two
+builds or two torches side by side in one table would compare what was never run together, so any
+difference there is an error naming both values, before anything is measured. A file that cannot
+be read as a report is moved aside (`<name>.unreadable-<UTC time>`, which `seqbench table DIR/*.json`
+does not pick up) and the run starts a fresh report: nothing could be merged from it, and refusing
+would cost the whole call; the move is logged.
+
+How. This run's experiments replace the earlier part's of the same name variant by variant (a
+run filtered to torch_compile keeps the earlier torch_eager), and the baseline and speedups are
+recomputed; its checks replace the earlier checks of the same experiment; its unmapped entries
+replace the earlier ones of the same experiment and variant, and an entry that says only that
+something was not started or not run is dropped where the merged report has that variant measured.
+
+Honest metadata. `meta` is the latest part's (its timestamp, host, copy bandwidth), with
+`meta.parts` listing every part whose numbers the file still holds (id, timestamp, host, seed,
+git_dirty, copy_gbps, filter, quick); every variant and check carries its part's `id` as `part`, so
+a variant's pct_copy_bw is against its own part's copy_gbps. meta.git_dirty is true when any kept
+part's was. (Members the schema does not name; readers ignore them.)
+"""
+import copy
+import json
+import os
+
+from .errors import RunnerError, failure_reason
+from .report import RUNNER, finalize_speedups
+
+# Report order of the variants; the first present is the baseline (plan.variants[0] is torch_eager).
+VARIANT_ORDER = ("torch_eager", "torch_compile", "torch_fused")
+ABSENT = ("not started", "not run")  # unmapped reasons that record no more than an absence
+
+
+def new_part(meta, filter_text, quick):
+    """This run's entry of meta.parts."""
+    device = meta.get("device") or {}
+    return {"id": meta["timestamp"], "timestamp": meta["timestamp"], "host": meta["host"], "seed": meta["seed"],
+            "git_dirty": bool(meta["git_dirty"]), "copy_gbps": device.get("copy_gbps"),
+            "filter": filter_text or None, "quick": bool(quick)}
+
+
+def device_of(meta):
+    return (meta.get("device") or {}).get("name")
+
+
+def torch_of(meta):
+    return (meta.get("frameworks") or {}).get("torch")
+
+
+def check_compatible(path, doc, suite, meta):
+    """RunnerError unless the report at `path` (`doc`) may take this run's part."""
+    old = doc.get("meta") or {}
+    if old.get("runner") != RUNNER:
+        raise RunnerError(f"'{path}' is not a PyTorch report (meta.runner {old.get('runner')!r}); "
+                          "move it away or choose another --out")
+    for what, theirs, ours in (("suite", doc.get("suite"), suite),
+                               ("device", device_of(old), device_of(meta)),
+                               ("seqbench git sha", old.get("git_sha"), meta.get("git_sha")),
+                               ("torch version", torch_of(old), torch_of(meta))):
+        if theirs != ours:
+            raise RunnerError(f"cannot merge into '{path}': it holds {what} {theirs!r}, this run {ours!r}; "
+                              "the parts of one report must agree (move the old file away to start a new one)")
+
+
+def aside_path(path, stamp):
+    candidate, n = f"{path}.unreadable-{stamp}", 1
+    while os.path.exists(candidate):
+        n += 1
+        candidate = f"{path}.unreadable-{stamp}.{n}"
+    return candidate
+
+
+def load_existing(path, suite, meta, validate, log):
+    """The report already at `path` to merge into, or None: absent, or unreadable and moved aside.
+    `validate(path)` is None for a valid report, else the problem (seqbench's validator's line)."""
+    if not os.path.lexists(path):
+        return None
+    problem = validate(path)
+    doc = None
+    if problem is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            problem = failure_reason(e)
+    if problem is None and not (isinstance(doc, dict) and isinstance(doc.get("meta"), dict)):
+        problem = "not a report object"
+    if problem is not None:
+        aside = aside_path(path, meta["timestamp"].replace("-", "").replace(":", ""))
+        try:
+            os.replace(path, aside)
+        except OSError as e:
+            raise RunnerError(f"'{path}' cannot be read as a report ({problem}) and cannot be moved aside: "
+                              f"{e.strerror}") from None
+        log(f"  {path} is not a readable report ({problem}); moved aside to {aside}")
+        return None
+    check_compatible(path, doc, suite, meta)
+    return doc
+
+
+def parts_of(doc):
+    """meta.parts of a report; a report written before parts existed is one part, from its meta."""
+    meta = doc["meta"]
+    if isinstance(meta.get("parts"), list) and meta["parts"]:
+        return meta["parts"]
+    return [{"id": meta.get("timestamp"), "timestamp": meta.get("timestamp"), "host": meta.get("host"),
+             "seed": meta.get("seed"), "git_dirty": bool(meta.get("git_dirty")),
+             "copy_gbps": (meta.get("device") or {}).get("copy_gbps"), "filter": None, "quick": None}]
+
+
+def tagged(entries, pid, only_untagged=False):
+    for x in entries:
+        if not only_untagged or "part" not in x:
+            x["part"] = pid
+    return entries
+
+
+def variant_key(v):
+    name = v["name"]
+    return VARIANT_ORDER.index(name) if name in VARIANT_ORDER else len(VARIANT_ORDER)
+
+
+def merge_experiment(old, new):
+    """`new`'s variants over `old`'s, same names replaced; baseline and speedups recomputed."""
+    variants = {v["name"]: v for v in old["variants"]}
+    variants.update({v["name"]: v for v in new["variants"]})
+    entry = dict(new)
+    entry["variants"] = sorted(variants.values(), key=variant_key)  # stable: other names keep their order
+    names = [v["name"] for v in entry["variants"]]
+    entry["baseline"] = VARIANT_ORDER[0] if VARIANT_ORDER[0] in names else names[0]
+    finalize_speedups(entry)
+    return entry
+
+
+def merge_experiments(old, new):
+    by_name = {e["name"]: e for e in new}
+    out = [merge_experiment(e, by_name[e["name"]]) if e["name"] in by_name else e for e in old]
+    seen = {e["name"] for e in old}
+    return out + [e for e in new if e["name"] not in seen]
+
+
+def merge_checks(old, new):
+    experiments = {c["experiment"] for c in new if "experiment" in c}
+    names = {c["name"] for c in new}
+    return [c for c in old if c.get("experiment") not in experiments and c["name"] not in names] + list(new)
+
+
+def key(u):
+    return u.get("experiment"), u.get("variant")
+
+
+def merge_unmapped(old, new, experiments, new_checks):
+    """`experiments` are the merged ones; `new_checks` this part's."""
+    measured = {(e["name"], v["name"]) for e in experiments for v in e["variants"]}
+    new_keys = {key(u) for u in new}
+    checked = {c["experiment"] for c in new_checks if "experiment" in c}
+    kept = []
+    for u in old:
+        superseded = (key(u) in new_keys or (key(u) in measured and u.get("reason", "").startswith(ABSENT))
+                      or (u.get("variant") == "parity" and u.get("experiment") in checked))
+        if not superseded:
+            kept.append(u)
+    fresh = [u for u in new if not (u.get("reason", "").startswith(ABSENT) and key(u) in measured)]
+    return kept + fresh
+
+
+def merged(old, new, part):
+    """The document to write: this run's part `new` (its variants and checks tagged with the part's
+    id) merged into `old`, the report found at the start (None: there was none)."""
+    doc = copy.deepcopy(new)
+    old = copy.deepcopy(old) if old is not None else None
+    old_parts = parts_of(old) if old is not None else []
+    part = dict(part)
+    ids = {p["id"] for p in old_parts}
+    base, n = part["id"], 1
+    while part["id"] in ids:  # two parts in the same second
+        n += 1
+        part["id"] = f"{base}#{n}"
+    for e in doc["experiments"]:
+        tagged(e["variants"], part["id"])
+    tagged(doc["checks"], part["id"])
+    if old is None:
+        doc["meta"]["parts"] = [part]
+        return doc
+    if len(old_parts) == 1:  # a report from before parts: its entries are that one part's
+        for e in old["experiments"]:
+            tagged(e["variants"], old_parts[0]["id"], only_untagged=True)
+        tagged(old["checks"], old_parts[0]["id"], only_untagged=True)
+    new_checks = doc["checks"]
+    doc["experiments"] = merge_experiments(old["experiments"], doc["experiments"])
+    doc["checks"] = merge_checks(old["checks"], new_checks)
+    doc["unmapped"] = merge_unmapped(old.get("unmapped", []), doc["unmapped"], doc["experiments"], new_checks)
+    used = {v.get("part") for e in doc["experiments"] for v in e["variants"]} | {c.get("part") for c in doc["checks"]}
+    parts = [p for p in old_parts if p["id"] in used] + [part]
+    doc["meta"]["parts"] = parts
+    doc["meta"]["git_dirty"] = any(bool(p.get("git_dirty")) for p in parts)
+    return doc
