@@ -219,6 +219,29 @@ TEST(DecoderLayerGpu, IsNoLessAccurateThanTheBaselineInF16AndBf16) {
       describe_case);
 }
 
+// The steady-state tests' batch: B = 4 targets of up to 24 positions with lengths {24, 3, 17, 0},
+// sources of up to 17 with {17, 1, 0, 9}, H = 20; x, encoder_out and dy drawn U(-1, 1) with seeds
+// 8, 10 and 9. forward() runs a layer on the first b sentences (dropout seed 11, base offset 6);
+// backward() differentiates it (synchronising after).
+template <class T>
+struct DecoderSteadyBatch {
+  static constexpr std::size_t B = 4, L = 24, S = 17, H = 20;
+  DeviceBuffer<T> x{random_values<T>(B * L * H, 8, -1.0f, 1.0f)},
+      enc{random_values<T>(B * S * H, 10, -1.0f, 1.0f)}, dy{random_values<T>(B * L * H, 9, -1.0f, 1.0f)};
+  DeviceBuffer<T> y{B * L * H}, dx{B * L * H}, denc{B * S * H};
+  DeviceBuffer<std::int32_t> tl{std::vector<std::int32_t>{24, 3, 17, 0}},
+      sl{std::vector<std::int32_t>{17, 1, 0, 9}};
+  Stream stream;
+
+  void forward(DecoderLayer& layer, std::size_t b, std::size_t l, std::size_t s) {
+    layer.forward(y.data(), x.data(), enc.data(), b, l, s, tl.data(), sl.data(), 11, 6, stream.get());
+  }
+  void backward(DecoderLayer& layer) {
+    layer.backward(dx.data(), denc.data(), dy.data(), x.data(), enc.data(), stream.get());
+    stream.synchronize();
+  }
+};
+
 // Further steps (same shapes, then smaller ones with S != L) allocate nothing on the device, make
 // no new GEMM plan on the same shapes, and repeat bitwise (no atomics in the layer).
 TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
@@ -233,17 +256,12 @@ TEST(DecoderLayerGpu, SteadyStateAllocatesNothingAndIsDeterministic) {
   DecoderLayerOptions options;
   options.gemm = &gemm;
   DecoderLayer layer(config, params.weights, params.grads, counter, options);
-  const std::size_t B = 4, L = 24, S = 17, H = 20;
-  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
-      enc(random_values<T>(B * S * H, 10, -1.0f, 1.0f)), dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
-  DeviceBuffer<T> y(B * L * H), dx(B * L * H), denc(B * S * H);
-  DeviceBuffer<std::int32_t> tl(std::vector<std::int32_t>{24, 3, 17, 0}),
-      sl(std::vector<std::int32_t>{17, 1, 0, 9});
-  Stream stream;
+  DecoderSteadyBatch<T> batch;
+  auto& [x, enc, dy, y, dx, denc, tl, sl, stream] = batch;
+  const std::size_t B = batch.B, L = batch.L, S = batch.S;
   const auto step = [&](std::size_t b, std::size_t l, std::size_t s) {
-    layer.forward(y.data(), x.data(), enc.data(), b, l, s, tl.data(), sl.data(), 11, 6, stream.get());
-    layer.backward(dx.data(), denc.data(), dy.data(), x.data(), enc.data(), stream.get());
-    stream.synchronize();
+    batch.forward(layer, b, l, s);
+    batch.backward(layer);
   };
   step(B, L, S);
   const std::size_t plans = gemm.plans();
@@ -276,23 +294,17 @@ TEST(DecoderLayerGpu, RetainedForwardRepeatsTheBackwardBitwise) {
   const LayerConfig config = steady_state_config();
   SteadyStateParams<T, DecoderLayerWeights, DecoderLayerGrads> params(decoder_layer_parameter_shapes(config));
   CudaAllocator cuda;
-  const std::size_t B = 4, L = 24, S = 17, H = 20;
-  DeviceBuffer<T> x(random_values<T>(B * L * H, 8, -1.0f, 1.0f)),
-      enc(random_values<T>(B * S * H, 10, -1.0f, 1.0f)), dy(random_values<T>(B * L * H, 9, -1.0f, 1.0f));
-  DeviceBuffer<T> y(B * L * H), dx(B * L * H), denc(B * S * H);
-  DeviceBuffer<std::int32_t> tl(std::vector<std::int32_t>{24, 3, 17, 0}),
-      sl(std::vector<std::int32_t>{17, 1, 0, 9});
-  Stream stream;
-  const auto forward = [&](DecoderLayer& layer) {
-    layer.forward(y.data(), x.data(), enc.data(), B, L, S, tl.data(), sl.data(), 11, 6, stream.get());
-  };
+  DecoderSteadyBatch<T> batch;
+  const std::size_t B = batch.B, L = batch.L, S = batch.S;
+  const auto forward = [&](DecoderLayer& layer) { batch.forward(layer, B, L, S); };
   const auto backward = [&](DecoderLayer& layer) {
-    dx.fill_bytes(0xFF);
-    denc.fill_bytes(0xFF);
+    batch.dx.fill_bytes(0xFF);
+    batch.denc.fill_bytes(0xFF);
     params.d_grads.fill_bytes(0xFF);
-    layer.backward(dx.data(), denc.data(), dy.data(), x.data(), enc.data(), stream.get());
-    stream.synchronize();
+    batch.backward(layer);
   };
+  auto& dx = batch.dx;
+  auto& denc = batch.denc;
   DecoderLayer consuming(config, params.weights, params.grads, cuda);
   forward(consuming);
   backward(consuming);

@@ -177,15 +177,7 @@ TEST(DecoderLayerValidation, RetainedForwardLivesThroughTheBackward) {
                               static_cast<int>(consumed.ops.size()));
     }
   });
-  HostBackend backend;
-  CountingAllocator counter(backend);
-  FakeParams params;
-  DecoderLayerOptions options;
-  options.retain_forward = true;
-  DecoderLayer retained(small_config(), params.weights, params.grads, counter, options);
-  DecoderLayer consumed(small_config(), params.weights, params.grads, counter);
-  EXPECT_GT(retained.block_bytes(), consumed.block_bytes());
-  EXPECT_EQ(counter.stats().allocations, 2u);
+  expect_retained_block_larger<DecoderLayer, DecoderLayerOptions, FakeParams>(small_config());
 }
 
 TEST(DecoderLayerValidation, ParameterShapes) {

@@ -174,15 +174,7 @@ TEST(EncoderLayerValidation, RetainedForwardLivesThroughTheBackward) {
     expect_forward_retained(consumed.tensors, retained.tensors, consumed.forward_ops,
                             static_cast<int>(consumed.ops.size()));
   });
-  HostBackend backend;
-  CountingAllocator counter(backend);
-  FakeParams params;
-  EncoderLayerOptions options;
-  options.retain_forward = true;
-  EncoderLayer retained(small_config(), params.weights, params.grads, counter, options);
-  EncoderLayer consumed(small_config(), params.weights, params.grads, counter);
-  EXPECT_GT(retained.block_bytes(), consumed.block_bytes());
-  EXPECT_EQ(counter.stats().allocations, 2u);
+  expect_retained_block_larger<EncoderLayer, EncoderLayerOptions, FakeParams>(small_config());
 }
 
 TEST(EncoderLayerValidation, ParameterShapes) {

@@ -145,6 +145,21 @@ inline void expect_forward_retained(const std::vector<TensorLifetime>& consumed,
   EXPECT_GE(plan.block_bytes, plan_memory(consumed).block_bytes);
 }
 
+// A Layer constructed with options.retain_forward plans a larger block than the default one, each
+// in one allocation (host fakes: no GPU). FakeParams has `weights` and `grads` views.
+template <class Layer, class Options, class FakeParams>
+void expect_retained_block_larger(const LayerConfig& config) {
+  HostBackend backend;
+  CountingAllocator counter(backend);
+  FakeParams params;
+  Options options;
+  options.retain_forward = true;
+  Layer retained(config, params.weights, params.grads, counter, options);
+  Layer consumed(config, params.weights, params.grads, counter);
+  EXPECT_GT(retained.block_bytes(), consumed.block_bytes());
+  EXPECT_EQ(counter.stats().allocations, 2u);
+}
+
 // The dry-run tests' variants with Recompute (layers/layer_run.h): small_config(pre, attn_dropout)
 // for pre- and post-LN, attention dropout 0 and 0.1, under Recompute none and pointwise;
 // fn(config, recompute) runs under a trace that names the variant.
