@@ -69,6 +69,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -195,6 +196,17 @@ void check_batched_ops(int NL, int B, int S, int H, int heads, const std::vector
   const std::size_t Hs = static_cast<std::size_t>(H), C = static_cast<std::size_t>(NL) * 2 * Hs;
   const std::size_t d = Hs / static_cast<std::size_t>(heads);
   const auto f = [](T v) { return static_cast<double>(to_float(v)); };
+  // Σ_i x[x0 + i·xs] · y[y0 + i·ys] over n terms, exactly (double), and Σ_i |x_i · y_i|.
+  const auto dot = [&](const std::vector<T>& x, std::size_t x0, std::size_t xs, const std::vector<T>& y,
+                       std::size_t y0, std::size_t ys, std::size_t n) {
+    std::pair<double, double> sum{0.0, 0.0};
+    for (std::size_t i = 0; i < n; ++i) {
+      const double p = f(x[x0 + i * xs]) * f(y[y0 + i * ys]);
+      sum.first += p;
+      sum.second += std::fabs(p);
+    }
+    return sum;
+  };
   ASSERT_EQ(ops.d_kv_all.size(), R * C);
   // Element i of a [2, B, N, S, d] heads tensor is row r, column (within the layer's 2H) c.
   const auto heads_index = [&](std::size_t p, std::size_t b, std::size_t n, std::size_t s, std::size_t j) {
@@ -220,11 +232,7 @@ void check_batched_ops(int NL, int B, int S, int H, int heads, const std::vector
               const std::size_t i = heads_index(p, b, n, s, j);
               const std::size_t r = b * static_cast<std::size_t>(S) + s;
               const std::size_t c = 2 * Hs * L + p * Hs + n * d + j;
-              double g = 0.0, a = 0.0;
-              for (std::size_t k = 0; k < Hs; ++k) {
-                g += f(enc[r * Hs + k]) * f(w_all[c * Hs + k]);
-                a += std::fabs(f(enc[r * Hs + k]) * f(w_all[c * Hs + k]));
-              }
+              const auto [g, a] = dot(enc, r * Hs, 1, w_all, c * Hs, 1, Hs);
               const double ka = static_cast<double>(Hs + 1) * kAccumulationRoundoff;
               want[i] = g + f(b_all[c]);
               bound[i] = (u + kFp32Roundoff) * (1.0 + 2.0 * u) * (1.0 + 2.0 * kFp32Roundoff) *
@@ -243,11 +251,7 @@ void check_batched_ops(int NL, int B, int S, int H, int heads, const std::vector
   std::vector<double> want(R * Hs), bound(R * Hs);
   for (std::size_t r = 0; r < R; ++r)
     for (std::size_t k = 0; k < Hs; ++k) {
-      double e = 0.0, a = 0.0;
-      for (std::size_t c = 0; c < C; ++c) {
-        e += f(D[r * C + c]) * f(w_all[c * Hs + k]);
-        a += std::fabs(f(D[r * C + c]) * f(w_all[c * Hs + k]));
-      }
+      const auto [e, a] = dot(D, r * C, 1, w_all, k, Hs, C);
       want[r * Hs + k] = e;
       bound[r * Hs + k] = accumulation_bound(dtype, f(d_enc[r * Hs + k]), a, C);
     }
@@ -258,11 +262,7 @@ void check_batched_ops(int NL, int B, int S, int H, int heads, const std::vector
   std::vector<double> want_b(C), bound_b(C);
   for (std::size_t c = 0; c < C; ++c) {
     for (std::size_t k = 0; k < Hs; ++k) {
-      double e = 0.0, a = 0.0;
-      for (std::size_t r = 0; r < R; ++r) {
-        e += f(D[r * C + c]) * f(enc[r * Hs + k]);
-        a += std::fabs(f(D[r * C + c]) * f(enc[r * Hs + k]));
-      }
+      const auto [e, a] = dot(D, c, C, enc, k, Hs, R);
       want[c * Hs + k] = e;
       bound[c * Hs + k] = accumulation_bound(dtype, f(dw_all[c * Hs + k]), a, R);
     }
@@ -276,22 +276,6 @@ void check_batched_ops(int NL, int B, int S, int H, int heads, const std::vector
   }
   expect_within(dw_all, want, bound, dtype, "dW_kv_all = d_kv_allᵀ · encoder_out", where);
   expect_within(db_all, want_b, bound_b, dtype, "db_kv_all = Σ_rows d_kv_all", where);
-}
-
-// A T tensor's or a double tensor's 2-norm error against the reference, for check (2).
-template <class V>
-NormwiseError normwise_error_of(const std::vector<V>& got, const std::vector<double>& want) {
-  if constexpr (std::is_same_v<V, double>) {
-    double err2 = 0.0, ref2 = 0.0;
-    for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
-      err2 += (got[i] - want[i]) * (got[i] - want[i]);
-      ref2 += want[i] * want[i];
-    }
-    const double err = std::sqrt(err2);
-    return {std::isnan(err) ? INFINITY : err, std::sqrt(ref2), got.size()};
-  } else {
-    return normwise_error(got, want);
-  }
 }
 
 // What one run of a GPU stack produced (host copies).
@@ -537,7 +521,7 @@ void run_case(const Case& cs, std::uint64_t seed) {
   const auto both = [&](const std::vector<T>& got, const std::vector<double>& want, const auto& other,
                         bool other_bits_equal, double tol, const std::string& tensor) {
     expect_close(got, want, tol, dtype, label, tensor, where, &batched_errors);
-    per_layer_errors[tensor] = normwise_error_of(other, want);
+    per_layer_errors[tensor] = normwise_error(other, want);
     if (other_bits_equal) bitwise.push_back(tensor);
   };
   both(batched.y, flat(xs.back()), per_layer.y, same_bits(batched.y, per_layer.y), tol_fwd, "y");

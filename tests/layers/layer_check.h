@@ -67,11 +67,17 @@ struct NormwiseError {
 };
 using NormwiseErrors = std::map<std::string, NormwiseError>;  // per output tensor
 
+// T is a stored dtype, or double (a tensor summed on the host).
 template <class T>
 NormwiseError normwise_error(const std::vector<T>& got, const std::vector<double>& want) {
   double err2 = 0.0, ref2 = 0.0;
   for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    const double d = static_cast<double>(to_float(got[i])) - want[i];
+    double g = 0.0;
+    if constexpr (std::is_same_v<T, double>)
+      g = got[i];
+    else
+      g = static_cast<double>(to_float(got[i]));
+    const double d = g - want[i];
     err2 += d * d;  // NaN stays NaN
     ref2 += want[i] * want[i];
   }
