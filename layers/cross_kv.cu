@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +90,9 @@ struct CrossAttentionKV::Impl {
   CrossKvIds ids;
   std::unique_ptr<PlannedLayer> planned;
   bool have_forward = false;
+  bool heads_valid = false;  // false once a backward may have reused the heads' bytes
+  std::uint64_t forwards = 0;
+  std::vector<std::uint64_t> written;  // per layer: the forward_count its d_kv_heads was written for
   std::size_t batch = 0, src_len = 0;
   const void* enc = nullptr;
 
@@ -179,6 +183,7 @@ CrossAttentionKV::CrossAttentionKV(const LayerConfig& config, int layers, const 
   PlanBuilder plan(config_, options_.prefix);  // host only
   impl_ = std::make_unique<Impl>();
   impl_->ids = record_cross_kv(plan, layers_, options_);
+  impl_->written.assign(static_cast<std::size_t>(layers_), 0);
   impl_->planned = std::make_unique<PlannedLayer>("CrossAttentionKV", plan, impl_->ids.forward_steps,
                                                   allocator, options_.gemm, options_.gemm_workspace_bytes);
 }
@@ -203,6 +208,8 @@ void CrossAttentionKV::forward(const void* encoder_out, std::size_t batch_size, 
       batch_size * source_len * static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
   m.planned->require_outside_block("forward", "encoder_out", encoder_out, sb);
   m.have_forward = false;
+  m.heads_valid = false;
+  ++m.forwards;  // every earlier gradient mark is now stale
   m.batch = batch_size;
   m.src_len = source_len;
   dispatch_dtype(config_.dtype, [&](auto tag) {
@@ -212,12 +219,16 @@ void CrossAttentionKV::forward(const void* encoder_out, std::size_t batch_size, 
   });
   m.planned->memory().set_step(-1);
   m.have_forward = true;
+  m.heads_valid = true;
   m.enc = encoder_out;
 }
 
 const void* CrossAttentionKV::kv_heads(int layer) const {
   const Impl& m = *impl_;
   SEQBENCH_REQUIRE(m.have_forward, "CrossAttentionKV::kv_heads: no forward() yet (the heads are its output)");
+  SEQBENCH_REQUIRE(m.heads_valid,
+                   "CrossAttentionKV::kv_heads: backward() has run since the last forward() "
+                   "and its d_kv_all may hold the heads' bytes (call forward again)");
   SEQBENCH_REQUIRE(layer >= 0 && layer < layers_,
                    "CrossAttentionKV::kv_heads: layer " << layer << " is outside [0, " << layers_ << ")");
   const std::size_t bytes = 2 * static_cast<std::size_t>(m.rows()) *
@@ -234,6 +245,27 @@ void* CrossAttentionKV::d_kv_heads(int layer) const {
   const std::size_t bytes = 2 * static_cast<std::size_t>(m.rows()) *
                             static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
   return m.planned->memory().get(m.ids.d_heads[static_cast<std::size_t>(layer)], bytes);
+}
+
+void CrossAttentionKV::mark_d_kv_heads_written(int layer) {
+  Impl& m = *impl_;
+  SEQBENCH_REQUIRE(m.have_forward,
+                   "CrossAttentionKV::mark_d_kv_heads_written: no forward() yet (a gradient is for one)");
+  SEQBENCH_REQUIRE(layer >= 0 && layer < layers_, "CrossAttentionKV::mark_d_kv_heads_written: layer "
+                                                      << layer << " is outside [0, " << layers_ << ")");
+  m.written[static_cast<std::size_t>(layer)] = m.forwards;
+}
+
+std::size_t CrossAttentionKV::batch_size() const {
+  return impl_->batch;
+}
+
+std::size_t CrossAttentionKV::source_len() const {
+  return impl_->src_len;
+}
+
+std::uint64_t CrossAttentionKV::forward_count() const {
+  return impl_->forwards;
 }
 
 void CrossAttentionKV::backward(void* d_encoder_out, const void* encoder_out, cudaStream_t stream) {
@@ -259,12 +291,23 @@ void CrossAttentionKV::backward(void* d_encoder_out, const void* encoder_out, cu
       "CrossAttentionKV::backward: d_kv_weight_all or d_kv_bias_all overlaps encoder_out (read by "
       "the dW GEMM they are written with)");
   m.planned->require_outside_block("backward", "d_encoder_out", d_encoder_out, sb);
+  std::ostringstream missing;
+  int missing_count = 0;
+  for (int l = 0; l < layers_; ++l)
+    if (m.written[static_cast<std::size_t>(l)] != m.forwards) missing << (missing_count++ ? ", " : "") << l;
+  SEQBENCH_REQUIRE(missing_count == 0, "CrossAttentionKV::backward: "
+                                           << missing_count << " of " << layers_
+                                           << " layers have not written their d_kv_heads since the last "
+                                              "forward() (layers "
+                                           << missing.str()
+                                           << "): run each layer's backward_kv with this object first");
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     m.backward<T>(config_, layers_, options_.prefix, static_cast<T*>(d_encoder_out),
                   static_cast<const T*>(w_), static_cast<T*>(dw_), static_cast<T*>(db_), stream);
   });
   m.planned->memory().set_step(-1);
+  m.heads_valid = false;
 }
 
 }  // namespace seqbench::layers

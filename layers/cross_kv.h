@@ -24,9 +24,18 @@
 // backward() WRITES d_encoder_out, dW_kv_all and db_kv_all (not accumulated). A stack whose
 // encoder output also feeds other consumers adds their gradients itself.
 //
-// Order (the stack's contract): forward(encoder_out) → each layer's forward_kv(.., kv_heads(i)) →
-// each layer's backward_kv(.., d_kv_heads(i)) (any order; every layer must have written its
-// d_kv_heads since the forward) → backward(d_encoder_out, encoder_out). All on one stream.
+// Order (the stack's contract): forward(encoder_out) → each layer's forward_kv(.., *this, i, ..) →
+// each layer's backward_kv(.., *this, i, ..) (any order) → backward(d_encoder_out, encoder_out).
+// All on one stream. The object keeps the order honest, since each mistake would otherwise give
+// silently wrong gradients:
+//   - a layer takes B and S from the object, and must have the object's hidden, heads and dtype
+//     (heads formed for another batch or layout are never read);
+//   - backward() refuses to run unless every layer has written its d_kv_heads since the last
+//     forward() (DecoderLayer::backward_kv marks it; a caller that writes d_kv_heads(i) by other
+//     means calls mark_d_kv_heads_written(i)), naming the layers that have not;
+//   - backward() consumes the heads (its d_kv_all may take their bytes): kv_heads() and a layer's
+//     backward_kv then refuse until the next forward(). The gradient heads stay readable, and a
+//     second backward() recomputes the same gradients from them.
 //
 // Memory: planned like the layers (a dry run, cross_kv_lifetimes, at the config's maxima, in one
 // block allocated once at construction; forward/backward allocate nothing; ops announce their
@@ -58,6 +67,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,10 +113,20 @@ class CrossAttentionKV {
 
   // Every layer's K/V heads from encoder_out [batch_size·source_len, H].
   void forward(const void* encoder_out, std::size_t batch_size, std::size_t source_len, cudaStream_t stream);
-  // Layer i's K/V heads [2, B, N, S, d] (valid after forward, until the next forward) and the
-  // buffer its backward_kv writes dK/dV into, for the last forward's B and S. 0 <= i < layers.
+  // Layer i's K/V heads [2, B, N, S, d] (valid after forward, until backward or the next forward)
+  // and the buffer its backward_kv writes dK/dV into, for the last forward's B and S.
+  // 0 <= i < layers. DecoderLayer's forward_kv/backward_kv take the object rather than these
+  // pointers; they are here for reading back and for callers of other layers.
   const void* kv_heads(int layer) const;
   void* d_kv_heads(int layer) const;
+  // Records that layer i's d_kv_heads holds its gradient for the last forward (backward() requires
+  // it of every layer). DecoderLayer::backward_kv calls it after enqueuing its write.
+  void mark_d_kv_heads_written(int layer);
+  // The last forward's batch size and source length, and how many forwards have run (a layer's
+  // backward_kv checks that the heads it read are still the object's).
+  std::size_t batch_size() const;
+  std::size_t source_len() const;
+  std::uint64_t forward_count() const;
   // d_encoder_out [B·S, H], dW_kv_all and db_kv_all (written) from every layer's d_kv_heads.
   void backward(void* d_encoder_out, const void* encoder_out, cudaStream_t stream);
 

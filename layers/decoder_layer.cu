@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "layers/attention_sublayer.h"
+#include "layers/cross_kv.h"
 #include "layers/decoder_layer.h"
 #include "layers/ffn_sublayer.h"
 
@@ -95,6 +96,10 @@ struct DecoderLayer::Impl {
   const void* x = nullptr;
   const void* enc = nullptr;
   std::uint64_t seed = 0, base = 0;
+  // A forward_kv from a CrossAttentionKV: the object, its layer and its forward_count() then.
+  const CrossAttentionKV* kv_object = nullptr;
+  int kv_layer = -1;
+  std::uint64_t kv_forward = 0;
 
   std::size_t bytes(const LayerConfig& c, std::size_t positions) const {
     return batch * positions * static_cast<std::size_t>(c.hidden) * dtype_size(c.dtype);
@@ -222,8 +227,34 @@ void DecoderLayer::forward_kv(void* y, const void* x, const void* kv_heads, std:
       options_.external_kv,
       "DecoderLayer::forward_kv: the layer projects the encoder output itself (options.external_kv "
       "is false): call forward");
+  impl_->kv_object = nullptr;
   run_forward("forward_kv", y, x, kv_heads, batch_size, target_len, source_len, target_lengths,
               source_lengths, seed, base_offset, stream);
+}
+
+void DecoderLayer::forward_kv(void* y, const void* x, const CrossAttentionKV& kv, int layer,
+                              std::size_t target_len, const std::int32_t* target_lengths,
+                              const std::int32_t* source_lengths, std::uint64_t seed,
+                              std::uint64_t base_offset, cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("decoder_layer_fwd");
+  SEQBENCH_REQUIRE(
+      options_.external_kv,
+      "DecoderLayer::forward_kv: the layer projects the encoder output itself (options.external_kv "
+      "is false): call forward");
+  const LayerConfig& kc = kv.config();
+  SEQBENCH_REQUIRE(kc.hidden == config_.hidden && kc.heads == config_.heads && kc.dtype == config_.dtype,
+                   "DecoderLayer::forward_kv: the CrossAttentionKV's heads are laid out for hidden "
+                       << kc.hidden << ", heads " << kc.heads << ", dtype " << dtype_name(kc.dtype)
+                       << " but this layer has hidden " << config_.hidden << ", heads " << config_.heads
+                       << ", dtype " << dtype_name(config_.dtype));
+  const void* heads = kv.kv_heads(layer);  // checks the layer index and that the heads are live
+  Impl& m = *impl_;
+  m.kv_object = nullptr;  // until the forward has run
+  run_forward("forward_kv", y, x, heads, kv.batch_size(), target_len, kv.source_len(), target_lengths,
+              source_lengths, seed, base_offset, stream);
+  m.kv_object = &kv;
+  m.kv_layer = layer;
+  m.kv_forward = kv.forward_count();
 }
 
 void DecoderLayer::run_forward(const char* where, void* y, const void* x, const void* kv_source,
@@ -281,7 +312,34 @@ void DecoderLayer::backward_kv(void* dx, void* d_kv_heads, const void* dy, const
   SEQBENCH_REQUIRE(options_.external_kv,
                    "DecoderLayer::backward_kv: the layer projects the encoder output itself "
                    "(options.external_kv is false): call backward");
+  SEQBENCH_REQUIRE(impl_->kv_object == nullptr,
+                   "DecoderLayer::backward_kv: the last forward_kv took its heads from a CrossAttentionKV; "
+                   "differentiate it with backward_kv(dx, kv, layer, dy, x, stream), which marks the "
+                   "gradient written");
   run_backward("backward_kv", dx, d_kv_heads, dy, x, kv_heads, stream);
+}
+
+void DecoderLayer::backward_kv(void* dx, CrossAttentionKV& kv, int layer, const void* dy, const void* x,
+                               cudaStream_t stream) {
+  SEQBENCH_NVTX_RANGE("decoder_layer_bwd");
+  SEQBENCH_REQUIRE(options_.external_kv,
+                   "DecoderLayer::backward_kv: the layer projects the encoder output itself "
+                   "(options.external_kv is false): call backward");
+  const Impl& m = *impl_;
+  SEQBENCH_REQUIRE(m.kv_object == &kv && m.kv_layer == layer,
+                   "DecoderLayer::backward_kv: the last forward_kv did not read layer "
+                       << layer << " of this CrossAttentionKV ("
+                       << (m.kv_object == nullptr ? std::string("it took raw heads, or none ran")
+                                                  : "it read layer " + std::to_string(m.kv_layer) +
+                                                        (m.kv_object == &kv ? "" : " of another object"))
+                       << ")");
+  SEQBENCH_REQUIRE(
+      kv.forward_count() == m.kv_forward,
+      "DecoderLayer::backward_kv: the CrossAttentionKV has run forward() again since this layer's "
+      "forward_kv, so the heads it read are gone (run forward_kv again)");
+  const void* heads = kv.kv_heads(layer);  // refused once kv.backward() has consumed them
+  run_backward("backward_kv", dx, kv.d_kv_heads(layer), dy, x, heads, stream);
+  kv.mark_d_kv_heads_written(layer);
 }
 
 void DecoderLayer::run_backward(const char* where, void* dx, void* d_kv_source, const void* dy, const void* x,

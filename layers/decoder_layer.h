@@ -146,6 +146,8 @@ std::vector<TensorLifetime> decoder_layer_lifetimes(const LayerConfig& config,
                                                     std::vector<std::string>* ops = nullptr,
                                                     int* forward_ops = nullptr);
 
+class CrossAttentionKV;  // layers/cross_kv.h
+
 class DecoderLayer {
  public:
   // Validates config, weights, grads and options (throwing seqbench::Error naming the field
@@ -181,6 +183,19 @@ class DecoderLayer {
   // [2, B, N, S, d] (written: dK then dV) from dy, for the last forward_kv (same x and kv_heads).
   // d_kv_heads overlaps none of dx, dy, x, kv_heads or the layer's block. dx may alias dy.
   void backward_kv(void* dx, void* d_kv_heads, const void* dy, const void* x, const void* kv_heads,
+                   cudaStream_t stream);
+
+  // External K/V mode with the heads of a CrossAttentionKV (layers/cross_kv.h), its layer `layer`:
+  // forward_kv above on kv.kv_heads(layer) with kv.batch_size() and kv.source_len(), so the shape
+  // cannot disagree with the one the heads were formed for. kv must have this layer's hidden,
+  // heads and dtype, and outlive the backward.
+  void forward_kv(void* y, const void* x, const CrossAttentionKV& kv, int layer, std::size_t target_len,
+                  const std::int32_t* target_lengths, const std::int32_t* source_lengths, std::uint64_t seed,
+                  std::uint64_t base_offset, cudaStream_t stream);
+  // backward_kv for that forward_kv: writes kv.d_kv_heads(layer) and marks it written
+  // (kv.backward() requires every layer's mark). Refused for another object or layer than the
+  // forward_kv's, and once kv has run forward() or backward() since (the heads read are gone).
+  void backward_kv(void* dx, CrossAttentionKV& kv, int layer, const void* dy, const void* x,
                    cudaStream_t stream);
 
   const LayerConfig& config() const { return config_; }

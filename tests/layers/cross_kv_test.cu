@@ -79,6 +79,7 @@
 #include "layers/decoder_layer.h"
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/gpu_test.h"
 #include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
@@ -279,6 +280,70 @@ void check_batched_ops(int NL, int B, int S, int H, int heads, const std::vector
 }
 
 // What one run of a GPU stack produced (host copies).
+// The order CrossAttentionKV's header promises to enforce, each breach of which would otherwise
+// give silently wrong gradients: backward() before every layer's backward_kv; a layer's
+// backward_kv after kv.backward() (which may reuse the heads' bytes) or after a new kv.forward();
+// another layer's index; the raw-pointer backward_kv for an object's forward_kv. (On the GPU: a
+// refused call must come after a real forward, which launches kernels.) The layers are in
+// external-K/V mode and each backward_kv consumes its forward.
+template <class Layers, class In, class Out, class DIn, class DOut>
+void expect_order_is_enforced(CrossAttentionKV& kv, const Layers& layers, const In& in_of, const Out& out_of,
+                              const DIn& din_of, const DOut& dout_of, void* d_enc_out, const void* enc, int B,
+                              int L, int S, const std::int32_t* tlp, const std::int32_t* slp,
+                              cudaStream_t stream) {
+  using testing::expect_error;
+  const int NL = kv.layers();
+  const auto forward_all = [&] {
+    kv.forward(enc, static_cast<std::size_t>(B), static_cast<std::size_t>(S), stream);
+    for (int i = 0; i < NL; ++i)
+      layers[static_cast<std::size_t>(i)]->forward_kv(out_of(i), in_of(i), kv, i, static_cast<std::size_t>(L),
+                                                      tlp, slp, 1, 0, stream);
+  };
+  const auto backward_from = [&](int first) {
+    for (int i = NL - 1; i >= first; --i)
+      layers[static_cast<std::size_t>(i)]->backward_kv(din_of(i), kv, i, dout_of(i), in_of(i), stream);
+  };
+  // backward() before layer 0's backward_kv.
+  forward_all();
+  backward_from(1);
+  expect_error([&] { kv.backward(d_enc_out, enc, stream); },
+               "CrossAttentionKV::backward: 1 of " + std::to_string(NL) +
+                   " layers have not written their d_kv_heads since the last forward() (layers 0)");
+  backward_from(0);
+  kv.backward(d_enc_out, enc, stream);
+  kv.backward(d_enc_out, enc, stream);  // the gradient heads are intact: the same gradients again
+  expect_error([&] { kv.kv_heads(0); },
+               "CrossAttentionKV::kv_heads: backward() has run since the last forward()");
+  // A layer's backward_kv after kv.backward() (layer 0's gradient marked by hand, the documented
+  // way for a caller that writes it by other means).
+  forward_all();
+  backward_from(1);
+  kv.mark_d_kv_heads_written(0);
+  kv.backward(d_enc_out, enc, stream);
+  expect_error([&] { layers[0]->backward_kv(din_of(0), kv, 0, dout_of(0), in_of(0), stream); },
+               "CrossAttentionKV::kv_heads: backward() has run since the last forward()");
+  // A layer's backward_kv after a new kv.forward(): layer 0 still holds the last forward_kv.
+  kv.forward(enc, static_cast<std::size_t>(B), static_cast<std::size_t>(S), stream);
+  expect_error([&] { layers[0]->backward_kv(din_of(0), kv, 0, dout_of(0), in_of(0), stream); },
+               "DecoderLayer::backward_kv: the CrossAttentionKV has run forward() again since this layer's "
+               "forward_kv");
+  // Another layer's index, and the raw-pointer backward_kv, for layer 0's forward_kv of layer 0.
+  layers[0]->forward_kv(out_of(0), in_of(0), kv, 0, static_cast<std::size_t>(L), tlp, slp, 1, 0, stream);
+  if (NL > 1) {
+    expect_error(
+        [&] { layers[0]->backward_kv(din_of(0), kv, 1, dout_of(0), in_of(0), stream); },
+        "DecoderLayer::backward_kv: the last forward_kv did not read layer 1 of this CrossAttentionKV "
+        "(it read layer 0)");
+  }
+  expect_error(
+      [&] {
+        layers[0]->backward_kv(din_of(0), kv.d_kv_heads(0), dout_of(0), in_of(0), kv.kv_heads(0), stream);
+      },
+      "DecoderLayer::backward_kv: the last forward_kv took its heads from a CrossAttentionKV");
+  layers[0]->backward_kv(din_of(0), kv, 0, dout_of(0), in_of(0), stream);  // the right call still runs
+  SEQBENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 template <class T>
 struct StackResult {
   std::vector<T> y, dx, d_enc;                  // d_enc: batched; empty in the default mode
@@ -461,12 +526,12 @@ void run_case(const Case& cs, std::uint64_t seed) {
         for (int i = 0; i < NL; ++i) ops.heads.push_back(read_back(kv.kv_heads(i), head_elements));
       }
       for (int i = 0; i < NL; ++i)
-        layers[static_cast<std::size_t>(i)]->forward_kv(
-            out_of(i), in_of(i), kv.kv_heads(i), static_cast<std::size_t>(B), static_cast<std::size_t>(L),
-            static_cast<std::size_t>(S), tlp, slp, layer_seed(i), 0, stream.get());
+        layers[static_cast<std::size_t>(i)]->forward_kv(out_of(i), in_of(i), kv, i,
+                                                        static_cast<std::size_t>(L), tlp, slp, layer_seed(i),
+                                                        0, stream.get());
       for (int i = NL - 1; i >= 0; --i)
-        layers[static_cast<std::size_t>(i)]->backward_kv(din_of(i), kv.d_kv_heads(i), dout_of(i), in_of(i),
-                                                         kv.kv_heads(i), stream.get());
+        layers[static_cast<std::size_t>(i)]->backward_kv(din_of(i), kv, i, dout_of(i), in_of(i),
+                                                         stream.get());
       kv.backward(d_enc_out.data(), d_enc.data(), stream.get());
       stream.synchronize();
       if (capture) {
@@ -482,6 +547,8 @@ void run_case(const Case& cs, std::uint64_t seed) {
     step(false);
     EXPECT_EQ(counter.stats().allocations, static_cast<std::size_t>(NL) + 1);
     collect(again, true);
+    expect_order_is_enforced(kv, layers, in_of, out_of, din_of, dout_of, d_enc_out.data(), d_enc.data(), B, L,
+                             S, tlp, slp, stream.get());
   }
   EXPECT_TRUE(same_bits(again.y, batched.y)) << "y repeats";
   EXPECT_TRUE(same_bits(again.dx, batched.dx)) << "dx repeats";

@@ -305,5 +305,47 @@ TEST(CrossKvValidation, ExternalKvDecoderArgumentsAreCheckedBeforeAnyCudaCall) {
   EXPECT_EQ(counter.stats().allocations, 2u);
 }
 
+// The CrossAttentionKV overloads: the heads' layout must be the layer's, the object must have
+// run forward(), and a backward_kv must be for the object and layer its forward_kv read (the
+// order checks that need a real forward are in tests/layers/cross_kv_test.cu).
+TEST(CrossKvValidation, ExternalKvDecoderTakesOnlyMatchingHeadsFromTheObject) {
+  HostBackend backend;
+  CountingAllocator counter(backend);
+  DecoderLayerOptions ext;
+  ext.external_kv = true;
+  FakeParams params(true);
+  DecoderLayer layer(small_config(), params.weights, params.grads, counter, ext);
+  FakeParams dparams(false);
+  DecoderLayer def(small_config(), dparams.weights, dparams.grads, counter);
+  FakeKv p;
+  CrossAttentionKV kv(small_config(), 2, p.w, p.b, p.dw, p.db, counter);
+  std::vector<char> host(1 << 16);
+  void* x = host.data();
+  void* y = host.data() + 8192;
+  expect_error([&] { def.forward_kv(y, x, kv, 0, 4, nullptr, nullptr, 1, 0, nullptr); },
+               "DecoderLayer::forward_kv: the layer projects the encoder output itself");
+  expect_error([&] { def.backward_kv(y, kv, 0, x, x, nullptr); },
+               "DecoderLayer::backward_kv: the layer projects the encoder output itself");
+  expect_error([&] { layer.forward_kv(y, x, kv, 0, 4, nullptr, nullptr, 1, 0, nullptr); },
+               "CrossAttentionKV::kv_heads: no forward() yet");
+  expect_error([&] { layer.backward_kv(y, kv, 0, x, x, nullptr); },
+               "DecoderLayer::backward_kv: the last forward_kv did not read layer 0 of this CrossAttentionKV "
+               "(it took raw heads, or none ran)");
+  expect_error([&] { kv.mark_d_kv_heads_written(0); },
+               "CrossAttentionKV::mark_d_kv_heads_written: no forward() yet");
+  // Heads laid out for another hidden size, head count or dtype are refused by name.
+  LayerConfig other_dtype = small_config();
+  other_dtype.dtype = DType::f32;
+  LayerConfig other_heads = small_config();
+  other_heads.heads = small_config().heads == 1 ? 2 : 1;
+  for (const LayerConfig& c : {other_dtype, other_heads}) {
+    CrossAttentionKV other(c, 2, p.w, p.b, p.dw, p.db, counter);
+    expect_error_all([&] { layer.forward_kv(y, x, other, 0, 4, nullptr, nullptr, 1, 0, nullptr); },
+                     {"DecoderLayer::forward_kv: the CrossAttentionKV's heads are laid out for hidden",
+                      "but this layer has hidden " + std::to_string(small_config().hidden)});
+  }
+  EXPECT_EQ(counter.stats().allocations, 5u);
+}
+
 }  // namespace
 }  // namespace seqbench::layers
