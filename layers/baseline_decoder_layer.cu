@@ -12,6 +12,7 @@
 #include "layers/baseline_sublayers.h"
 #include "layers/ffn_sublayer.h"
 #include "layers/layer_run.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -24,6 +25,7 @@ using baseline::FfnSaved;
 }  // namespace
 
 struct BaselineDecoderLayer::Impl : baseline::LayerState {
+  ParameterRanges ranges{"BaselineDecoderLayer"};
   // The last forward's source length and inputs, and what its backward reads.
   std::size_t src_len = 0;
   const void* x = nullptr;
@@ -69,7 +71,11 @@ BaselineDecoderLayer::BaselineDecoderLayer(const LayerConfig& config, const Deco
   const std::string missing =
       null_parameters(weights_, grads_, [](auto& t, auto&& fn) { for_each_decoder_tensor(t, fn); });
   SEQBENCH_REQUIRE(missing.empty(), "BaselineDecoderLayer: null parameter pointer(s): " << missing);
+  ParameterRanges ranges("BaselineDecoderLayer");
+  add_decoder_parameter_ranges(ranges, config_, weights_, grads_);
+  ranges.require_gradients_disjoint();
   impl_ = std::make_unique<Impl>(allocator, options_.gemm_workspace_bytes);
+  impl_->ranges = std::move(ranges);
 }
 
 BaselineDecoderLayer::~BaselineDecoderLayer() {
@@ -101,6 +107,11 @@ void BaselineDecoderLayer::forward(void* y, const void* x, const void* encoder_o
   SEQBENCH_REQUIRE(!bytes_overlap(y, tb, x, tb) && !bytes_overlap(y, tb, encoder_out, sb),
                    "BaselineDecoderLayer::forward: y overlaps x or encoder_out (y, x "
                        << tb << " bytes, encoder_out " << sb << " bytes); backward needs both unchanged");
+  m.ranges.require_read_clear("forward", "x", x, tb);
+  m.ranges.require_read_clear("forward", "encoder_out", encoder_out, sb);
+  m.ranges.require_written_clear("forward", "y", y, tb);
+  m.ranges.require_read_clear("forward", "target_lengths", target_lengths, batch_size * sizeof(std::int32_t));
+  m.ranges.require_read_clear("forward", "source_lengths", source_lengths, batch_size * sizeof(std::int32_t));
   SEQBENCH_REQUIRE(base_offset <= UINT64_MAX - kDecoderLayerDropoutOffsets,
                    "BaselineDecoderLayer::forward: base_offset " << base_offset << " leaves no room for the "
                                                                  << kDecoderLayerDropoutOffsets
@@ -149,6 +160,9 @@ void BaselineDecoderLayer::backward(void* dx, void* d_encoder_out, const void* d
                        !bytes_overlap(d_encoder_out, sb, x, tb) &&
                        !bytes_overlap(d_encoder_out, sb, encoder_out, sb),
                    "BaselineDecoderLayer::backward: d_encoder_out overlaps dx, dy, x or encoder_out");
+  m.ranges.require_written_clear("backward", "dx", dx, tb);
+  m.ranges.require_written_clear("backward", "d_encoder_out", d_encoder_out, sb);
+  m.ranges.require_read_clear("backward", "dy", dy, tb);
   const std::int64_t S = static_cast<std::int64_t>(m.src_len);
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -32,11 +32,11 @@
 // the config's maxima through check_batch, x, encoder_out, y non-null and y overlapping neither;
 // target_lengths / source_lengths null or device int32 [B]; backward needs the last forward's x and
 // encoder_out, unchanged; dx, dy, d_encoder_out non-null, d_encoder_out overlapping none of dx, dy,
-// x, encoder_out; dx may alias dy). backward(..., retain_graph = false) frees what it read, as
-// autograd does; a second backward then needs a new forward. retain_graph = true keeps the saved
-// tensors (PyTorch's retain_graph=True), so a benchmark can time repeated backwards of one
-// forward. A new forward frees the previous forward's saved tensors first. One stream; not
-// thread-safe. No external K/V mode (the layer-batched CrossAttentionKV has no eager baseline).
+// x, encoder_out; dx may alias dy; the parameter-view overlap rules). backward(..., retain_graph = false)
+// frees what it read, as autograd does; a second backward then needs a new forward. retain_graph = true keeps
+// the saved tensors (PyTorch's retain_graph=True), so a benchmark can time repeated backwards of one forward.
+// A new forward frees the previous forward's saved tensors first. One stream; not thread-safe. No external
+// K/V mode (the layer-batched CrossAttentionKV has no eager baseline).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -12,6 +12,7 @@
 #include "layers/baseline_sublayers.h"
 #include "layers/ffn_sublayer.h"
 #include "layers/layer_run.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -24,6 +25,7 @@ using baseline::FfnSaved;
 }  // namespace
 
 struct BaselineEncoderLayer::Impl : baseline::LayerState {
+  ParameterRanges ranges{"BaselineEncoderLayer"};
   // The last forward's input and what its backward reads.
   const void* x = nullptr;
   AttentionSaved attn;
@@ -57,7 +59,11 @@ BaselineEncoderLayer::BaselineEncoderLayer(const LayerConfig& config, const Enco
   const std::string missing =
       null_parameters(weights_, grads_, [](auto& t, auto&& fn) { for_each_encoder_tensor(t, fn); });
   SEQBENCH_REQUIRE(missing.empty(), "BaselineEncoderLayer: null parameter pointer(s): " << missing);
+  ParameterRanges ranges("BaselineEncoderLayer");
+  add_encoder_parameter_ranges(ranges, config_, weights_, grads_);
+  ranges.require_gradients_disjoint();
   impl_ = std::make_unique<Impl>(allocator, options_.gemm_workspace_bytes, options_.gemm);
+  impl_->ranges = std::move(ranges);
 }
 
 BaselineEncoderLayer::~BaselineEncoderLayer() {
@@ -84,6 +90,9 @@ void BaselineEncoderLayer::forward(void* y, const void* x, std::size_t batch_siz
   SEQBENCH_REQUIRE(!bytes_overlap(x, bytes, y, bytes), "BaselineEncoderLayer::forward: y overlaps x ("
                                                            << bytes
                                                            << " bytes each); backward needs x unchanged");
+  impl_->ranges.require_read_clear("forward", "x", x, bytes);
+  impl_->ranges.require_written_clear("forward", "y", y, bytes);
+  impl_->ranges.require_read_clear("forward", "key_lengths", key_lengths, batch_size * sizeof(std::int32_t));
   SEQBENCH_REQUIRE(base_offset <= UINT64_MAX - kEncoderLayerDropoutOffsets,
                    "BaselineEncoderLayer::forward: base_offset " << base_offset << " leaves no room for the "
                                                                  << kEncoderLayerDropoutOffsets
@@ -118,6 +127,12 @@ void BaselineEncoderLayer::backward(void* dx, const void* dy, const void* x, cud
   SEQBENCH_REQUIRE(dy != nullptr, "BaselineEncoderLayer::backward: dy is null");
   SEQBENCH_REQUIRE(x == m.x, "BaselineEncoderLayer::backward: x is not the last forward's input (got "
                                  << x << ", the forward ran on " << m.x << ")");
+  {
+    const std::size_t bytes =
+        m.batch * m.len * static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
+    m.ranges.require_written_clear("backward", "dx", dx, bytes);
+    m.ranges.require_read_clear("backward", "dy", dy, bytes);
+  }
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     const Eager<T> e = m.template eager<T>(config_, stream, !retain_graph);

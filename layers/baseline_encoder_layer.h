@@ -42,10 +42,10 @@
 //             column_sum → qkv dX, dW → ln_bwd → residual_add
 //
 // Limits and contract as EncoderLayer's (config.validate(), non-null parameters, the batch within
-// config's maxima through check_batch, y not overlapping x, backward after a forward on the same
-// x). backward(..., retain_graph = false) frees what it read, as autograd does; a second
-// backward then needs a new forward. retain_graph = true keeps the saved tensors (PyTorch's
-// retain_graph=True), so a benchmark can time repeated backwards of one forward. A new forward
+// config's maxima through check_batch, y not overlapping x, the parameter-view overlap rules,
+// backward after a forward on the same x). backward(..., retain_graph = false) frees what it read, as
+// autograd does; a second backward then needs a new forward. retain_graph = true keeps the saved tensors
+// (PyTorch's retain_graph=True), so a benchmark can time repeated backwards of one forward. A new forward
 // frees the previous forward's saved tensors first. One stream: the caching allocator reuses a
 // freed block for later work, which is safe in one stream's order. Not thread-safe.
 #pragma once

@@ -8,11 +8,13 @@
 #include "layers/eager_tensor.h"
 #include "layers/gemm.h"
 #include "layers/layer_run.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
 struct BaselineEncoderStack::Impl {
   DeviceAllocator* allocator = nullptr;
+  ParameterRanges ranges{"BaselineEncoderStack"};  // every layer's views
   EagerTensor gemm_workspace;
   std::unique_ptr<Gemm> gemm;
   std::vector<EagerTensor> hidden;  // [layers − 1]: layer i's output, kept for layer i+1's backward
@@ -37,7 +39,12 @@ BaselineEncoderStack::BaselineEncoderStack(const LayerConfig& config,
     SEQBENCH_REQUIRE(missing.empty(),
                      "BaselineEncoderStack: layer " << i << ": null parameter pointer(s): " << missing);
   }
+  ParameterRanges ranges("BaselineEncoderStack");
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    add_encoder_parameter_ranges(ranges, config_, weights[i], grads[i], "layer " + std::to_string(i) + " ");
+  ranges.require_gradients_disjoint();
   impl_ = std::make_unique<Impl>();
+  impl_->ranges = std::move(ranges);
   impl_->allocator = &allocator;
   if (options.gemm == nullptr) {  // one workspace and one Gemm (a cuBLASLt handle) for every layer
     impl_->gemm_workspace = EagerTensor(allocator, options.gemm_workspace_bytes);
@@ -64,10 +71,16 @@ void BaselineEncoderStack::forward(void* y, const void* x, std::size_t batch_siz
                                                             << base_offset << " leaves no room for the "
                                                             << offsets << " dropout streams of " << n
                                                             << " layers");
+  const std::size_t bytes =
+      batch_size * seq_len * static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
+  // Each layer checks its own views; a layer's output must also stay clear of the others'.
+  impl_->ranges.require_read_clear("forward", "x", x, bytes);
+  impl_->ranges.require_written_clear("forward", "y", y, bytes);
+  impl_->ranges.require_read_clear("forward", "key_lengths", key_lengths, batch_size * sizeof(std::int32_t));
   // A new forward drops the last graph, as a new autograd graph would.
   impl_->have_forward = false;
   impl_->hidden.clear();
-  impl_->bytes = batch_size * seq_len * static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
+  impl_->bytes = bytes;
   const void* in = x;
   for (std::size_t i = 0; i < n; ++i) {
     void* out = y;
@@ -92,6 +105,8 @@ void BaselineEncoderStack::backward(void* dx, const void* dy, const void* x, cud
   SEQBENCH_REQUIRE(dy != nullptr, "BaselineEncoderStack::backward: dy is null");
   SEQBENCH_REQUIRE(x == impl_->x, "BaselineEncoderStack::backward: x is not the last forward's input (got "
                                       << x << ", the forward ran on " << impl_->x << ")");
+  impl_->ranges.require_written_clear("backward", "dx", dx, impl_->bytes);
+  impl_->ranges.require_read_clear("backward", "dy", dy, impl_->bytes);
   const std::size_t n = layers_.size();
   EagerTensor d_out;  // the gradient of layer i's output: dy, or the layer above's d_in
   for (std::size_t i = n; i-- > 0;) {

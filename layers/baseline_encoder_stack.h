@@ -9,8 +9,8 @@
 // construction), as an eager model shares one cuBLAS workspace and EncoderStack plans one.
 //
 // Limits and contract: as BaselineEncoderLayer's, per layer, plus layers >= 1 and one weights and
-// one grads entry per layer (checked before any CUDA call); backward() needs the last forward's x,
-// unchanged; dx may alias dy.
+// one grads entry per layer (checked before any CUDA call), the overlap rules over all layers'
+// views together; backward() needs the last forward's x, unchanged; dx may alias dy.
 #pragma once
 
 #include <cuda_runtime_api.h>

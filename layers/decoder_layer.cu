@@ -11,6 +11,7 @@
 #include "layers/cross_kv.h"
 #include "layers/decoder_layer.h"
 #include "layers/ffn_sublayer.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -81,10 +82,17 @@ std::vector<TensorLifetime> decoder_layer_lifetimes(const LayerConfig& config,
   return planned_lifetimes(plan, ids.forward_steps, options.retain_forward);
 }
 
+void add_decoder_parameter_ranges(ParameterRanges& ranges, const LayerConfig& config,
+                                  const DecoderLayerWeights& weights, const DecoderLayerGrads& grads) {
+  ranges.add_layer(decoder_layer_parameter_shapes(config), dtype_size(config.dtype), weights, grads,
+                   [](auto& t, auto&& fn) { for_each_decoder_tensor(t, fn); });
+}
+
 // ---------------------------------------------------------------------------------------------
 
 struct DecoderLayer::Impl {
   DecoderIds ids;
+  ParameterRanges ranges{"DecoderLayer"};
   AttentionTensors<const void*> self_w, cross_w;
   AttentionTensors<void*> self_g, cross_g;
   FfnTensors<const void*> ffn_w;
@@ -182,8 +190,12 @@ DecoderLayer::DecoderLayer(const LayerConfig& config, const DecoderLayerWeights&
   SEQBENCH_REQUIRE(missing.empty(), "DecoderLayer: null parameter pointer(s): " << missing);
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "DecoderLayer: options.prefix is empty (the planned tensors' names)");
+  ParameterRanges ranges("DecoderLayer");
+  add_decoder_parameter_ranges(ranges, config_, weights_, grads_);
+  ranges.require_gradients_disjoint();
   PlanBuilder plan(config_, options_.prefix, options_.recompute);  // host only
   impl_ = std::make_unique<Impl>();
+  impl_->ranges = std::move(ranges);
   impl_->ids = record_decoder_layer(plan, options_);
   impl_->self_w = self_attention_tensors_of(weights_);
   impl_->self_g = self_attention_tensors_of(grads_);
@@ -281,6 +293,11 @@ void DecoderLayer::run_forward(const char* where, void* y, const void* x, const 
   m.planned->require_outside_block(where, "x", x, tb);
   m.planned->require_outside_block(where, "y", y, tb);
   m.planned->require_outside_block(where, kv_name, kv_source, sb);
+  m.ranges.require_read_clear(where, "x", x, tb);
+  m.ranges.require_read_clear(where, kv_name, kv_source, sb);
+  m.ranges.require_written_clear(where, "y", y, tb);
+  m.ranges.require_read_clear(where, "target_lengths", target_lengths, batch_size * sizeof(std::int32_t));
+  m.ranges.require_read_clear(where, "source_lengths", source_lengths, batch_size * sizeof(std::int32_t));
   SEQBENCH_REQUIRE(base_offset <= UINT64_MAX - kDecoderLayerDropoutOffsets,
                    "DecoderLayer::" << where << ": base_offset " << base_offset << " leaves no room for the "
                                     << kDecoderLayerDropoutOffsets << " dropout streams");
@@ -367,6 +384,9 @@ void DecoderLayer::run_backward(const char* where, void* dx, void* d_kv_source, 
   m.planned->require_outside_block(where, "dx", dx, tb);
   m.planned->require_outside_block(where, "dy", dy, tb);
   m.planned->require_outside_block(where, d_kv_name, d_kv_source, sb);
+  m.ranges.require_written_clear(where, "dx", dx, tb);
+  m.ranges.require_written_clear(where, d_kv_name, d_kv_source, sb);
+  m.ranges.require_read_clear(where, "dy", dy, tb);
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     m.backward<T>(config_, options_.prefix, static_cast<T*>(dx), static_cast<T*>(d_kv_source),

@@ -51,7 +51,9 @@
 // [B·L, H], encoder_out [B·S, H] non-null, y overlapping neither input; target_lengths,
 // source_lengths null (no padding) or device int32 [B] (values outside [0, L] / [0, S] are clamped
 // by the softmax); backward() needs the last forward()'s x and encoder_out, unchanged;
-// d_encoder_out overlaps none of dx, dy, x, encoder_out. Every check happens before any CUDA call.
+// d_encoder_out overlaps none of dx, dy, x, encoder_out. No gradient view shares a byte with
+// another view; y, dx and d_encoder_out overlap no view, x, encoder_out, dy and the lengths no
+// gradient (layers/parameter_ranges.h). Every check happens before any CUDA call.
 // Not thread-safe; one stream at a time.
 #pragma once
 
@@ -68,6 +70,7 @@
 #include "layers/gemm.h"
 #include "layers/layer_run.h"
 #include "layers/memory_planner.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -118,6 +121,10 @@ void for_each_decoder_tensor(Tensors& t, Fn&& fn) {
 using DecoderTensorShape = ParameterShape;
 // The shape of each tensor, in the order of for_each_decoder_tensor.
 std::vector<DecoderTensorShape> decoder_layer_parameter_shapes(const LayerConfig& config);
+// Adds the views' byte ranges to `ranges` (layers/parameter_ranges.h); null views (external-K/V
+// mode's cross_kv) are skipped.
+void add_decoder_parameter_ranges(ParameterRanges& ranges, const LayerConfig& config,
+                                  const DecoderLayerWeights& weights, const DecoderLayerGrads& grads);
 
 struct DecoderLayerOptions {
   std::string prefix = "dec0.";  // the planned tensors' names: "<prefix>cross.probs", ...

@@ -9,6 +9,7 @@
 #include "core/nvtx.h"
 #include "layers/encoder_layer.h"
 #include "layers/encoder_pass.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -61,10 +62,19 @@ std::vector<TensorLifetime> encoder_layer_lifetimes(const LayerConfig& config,
   return planned_lifetimes(plan, r.forward_steps, options.retain_forward);
 }
 
+void add_encoder_parameter_ranges(ParameterRanges& ranges, const LayerConfig& config,
+                                  const EncoderLayerWeights& weights, const EncoderLayerGrads& grads,
+                                  const std::string& label) {
+  ranges.add_layer(
+      encoder_layer_parameter_shapes(config), dtype_size(config.dtype), weights, grads,
+      [](auto& t, auto&& fn) { for_each_encoder_tensor(t, fn); }, label);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 struct EncoderLayer::Impl {
   EncoderIds ids;
+  ParameterRanges ranges{"EncoderLayer"};
   EncoderParams params;
   std::unique_ptr<PlannedLayer> planned;
   // The last forward, which backward() differentiates.
@@ -99,9 +109,13 @@ EncoderLayer::EncoderLayer(const LayerConfig& config, const EncoderLayerWeights&
   SEQBENCH_REQUIRE(missing.empty(), "EncoderLayer: null parameter pointer(s): " << missing);
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "EncoderLayer: options.prefix is empty (the planned tensors' names)");
+  ParameterRanges ranges("EncoderLayer");
+  add_encoder_parameter_ranges(ranges, config_, weights_, grads_);
+  ranges.require_gradients_disjoint();
   PlanBuilder plan(config_, options_.prefix, options_.recompute);  // host only
   const Recorded r = record_encoder_layer(plan, options_);
   impl_ = std::make_unique<Impl>();
+  impl_->ranges = std::move(ranges);
   impl_->ids = r.ids;
   impl_->params = encoder_params_of(weights_, grads_);
   impl_->planned =
@@ -133,6 +147,9 @@ void EncoderLayer::forward(void* y, const void* x, std::size_t batch_size, std::
                                                            << " bytes each); backward needs x unchanged");
   impl_->planned->require_outside_block("forward", "x", x, bytes);
   impl_->planned->require_outside_block("forward", "y", y, bytes);
+  impl_->ranges.require_read_clear("forward", "x", x, bytes);
+  impl_->ranges.require_written_clear("forward", "y", y, bytes);
+  impl_->ranges.require_read_clear("forward", "key_lengths", key_lengths, batch_size * sizeof(std::int32_t));
   SEQBENCH_REQUIRE(base_offset <= UINT64_MAX - kEncoderLayerDropoutOffsets,
                    "EncoderLayer::forward: base_offset " << base_offset << " leaves no room for the "
                                                          << kEncoderLayerDropoutOffsets
@@ -161,6 +178,8 @@ void EncoderLayer::backward(void* dx, const void* dy, const void* x, cudaStream_
                             static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
   impl_->planned->require_outside_block("backward", "dx", dx, bytes);
   impl_->planned->require_outside_block("backward", "dy", dy, bytes);
+  impl_->ranges.require_written_clear("backward", "dx", dx, bytes);
+  impl_->ranges.require_read_clear("backward", "dy", dy, bytes);
   dispatch_dtype(config_.dtype, [&](auto tag) {
     impl_->run<decltype(tag)>(config_, options_.prefix, options_.causal, true, dx, dy, x, nullptr, stream);
   });

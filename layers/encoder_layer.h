@@ -60,8 +60,10 @@
 // Limits and contract: config.validate(); every parameter and gradient pointer non-null; x, y
 // [T, H] non-null with y not overlapping x; key_lengths null (no padding) or device int32 [B]
 // (values outside [0, L] are clamped by the softmax); backward() needs the last forward()'s x,
-// unchanged, and runs with that forward's batch shape and dropout stream. Every check happens
-// before any CUDA call. Not thread-safe; one stream at a time.
+// unchanged, and runs with that forward's batch shape and dropout stream. No gradient view shares
+// a byte with another view; y and dx overlap no view, x, dy and key_lengths no gradient
+// (layers/parameter_ranges.h). Every check happens before any CUDA call. Not thread-safe; one stream at a
+// time.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -77,6 +79,7 @@
 #include "layers/gemm.h"
 #include "layers/layer_run.h"
 #include "layers/memory_planner.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -116,6 +119,11 @@ void for_each_encoder_tensor(Tensors& t, Fn&& fn) {
 // The shape of each tensor, in the order of for_each_encoder_tensor (rows = 1 for vectors).
 using EncoderTensorShape = ParameterShape;
 std::vector<EncoderTensorShape> encoder_layer_parameter_shapes(const LayerConfig& config);
+// Adds the views' byte ranges to `ranges` (layers/parameter_ranges.h), names led by `label`
+// ("layer 2 "). The encoder layers and stacks check their arguments against them.
+void add_encoder_parameter_ranges(ParameterRanges& ranges, const LayerConfig& config,
+                                  const EncoderLayerWeights& weights, const EncoderLayerGrads& grads,
+                                  const std::string& label = "");
 
 struct EncoderLayerOptions {
   bool causal = false;           // mask future keys (a GPT-2 block, LightSeq's mask_future_tokens)

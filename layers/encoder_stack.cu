@@ -10,6 +10,7 @@
 #include "layers/encoder_pass.h"
 #include "layers/encoder_stack.h"
 #include "layers/layer_run.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -99,7 +100,8 @@ std::vector<TensorLifetime> encoder_stack_lifetimes(const LayerConfig& config, i
 
 struct EncoderStack::Impl {
   StackRecord rec;
-  std::vector<std::string> prefixes;  // LayerRun keeps a reference: they live here
+  ParameterRanges ranges{"EncoderStack"};  // every layer's views
+  std::vector<std::string> prefixes;       // LayerRun keeps a reference: they live here
   std::vector<EncoderParams> params;
   std::unique_ptr<PlannedLayer> planned;
   // The last forward, which backward() differentiates.
@@ -171,8 +173,13 @@ EncoderStack::EncoderStack(const LayerConfig& config, std::vector<EncoderLayerWe
   }
   SEQBENCH_REQUIRE(!options_.prefix.empty(),
                    "EncoderStack: options.prefix is empty (the planned tensors' names)");
+  ParameterRanges ranges("EncoderStack");
+  for (std::size_t i = 0; i < weights_.size(); ++i)
+    add_encoder_parameter_ranges(ranges, config_, weights_[i], grads_[i], "layer " + std::to_string(i) + " ");
+  ranges.require_gradients_disjoint();
   PlanBuilder plan(config_, layer_prefix(options_, 0), options_.recompute);  // host only
   impl_ = std::make_unique<Impl>();
+  impl_->ranges = std::move(ranges);
   impl_->rec = record_encoder_stack(plan, n, options_);
   for (int i = 0; i < n; ++i) {
     impl_->prefixes.push_back(layer_prefix(options_, i));
@@ -208,6 +215,9 @@ void EncoderStack::forward(void* y, const void* x, std::size_t batch_size, std::
                                                            << " bytes each); backward needs x unchanged");
   impl_->planned->require_outside_block("forward", "x", x, bytes);
   impl_->planned->require_outside_block("forward", "y", y, bytes);
+  impl_->ranges.require_read_clear("forward", "x", x, bytes);
+  impl_->ranges.require_written_clear("forward", "y", y, bytes);
+  impl_->ranges.require_read_clear("forward", "key_lengths", key_lengths, batch_size * sizeof(std::int32_t));
   const std::uint64_t offsets = encoder_stack_dropout_offsets(layers());
   SEQBENCH_REQUIRE(base_offset <= UINT64_MAX - offsets, "EncoderStack::forward: base_offset "
                                                             << base_offset << " leaves no room for the "
@@ -241,6 +251,8 @@ void EncoderStack::backward(void* dx, const void* dy, const void* x, cudaStream_
       impl_->batch * impl_->len * static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
   impl_->planned->require_outside_block("backward", "dx", dx, bytes);
   impl_->planned->require_outside_block("backward", "dy", dy, bytes);
+  impl_->ranges.require_written_clear("backward", "dx", dx, bytes);
+  impl_->ranges.require_read_clear("backward", "dy", dy, bytes);
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     impl_->backward<T>(config_, static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),

@@ -21,7 +21,9 @@
 // Limits and contract: as EncoderLayer's, per layer (every parameter and gradient view non-null,
 // named with its layer in the message), plus layers >= 1 and one weights and one grads entry per
 // layer. forward() and backward() allocate nothing; backward() needs the last forward's x,
-// unchanged; dx may alias dy. Every check happens before any CUDA call.
+// unchanged; dx may alias dy. The views of all layers together follow EncoderLayer's overlap
+// rules (a gradient of one layer on a weight of another is refused too). Every check happens
+// before any CUDA call.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -256,18 +258,26 @@ inline void expect_ffn_recompute(const std::vector<TensorLifetime>& tensors,
 }
 
 // Weights and grads of an encoder or decoder layer (EncoderLayerWeights/Grads or
-// DecoderLayerWeights/Grads), every pointer a distinct byte of `storage`, in the order of
-// for_each_{encoder,decoder}_tensor: the weights first, then the grads.
+// DecoderLayerWeights/Grads), in the order of for_each_{encoder,decoder}_tensor: the weights
+// first, then the grads. The pointers are fake addresses, never dereferenced (the validation
+// tests stop before any CUDA call): each tensor 256 MiB apart and each instance in a region of
+// its own, so that no two views overlap (layers refuse overlapping gradients) whatever the
+// config, and the host buffers a test passes as x or y cannot overlap them either.
 template <class Weights, class Grads>
 struct FakeLayerParams {
-  std::vector<char> storage = std::vector<char>(64);
   Weights weights;
   Grads grads;
 
   FakeLayerParams() {
-    int i = 0;
-    for_each_layer_tensor(weights, [&](const char*, const void*& p) { p = storage.data() + i++; });
-    for_each_layer_tensor(grads, [&](const char*, void*& p) { p = storage.data() + i++; });
+    static std::atomic<std::uintptr_t> next_region{0};
+    constexpr std::uintptr_t kSpacing = std::uintptr_t{1} << 28, kRegion = kSpacing * 64;
+    const std::uintptr_t base = (std::uintptr_t{1} << 44) + kRegion * next_region++;
+    std::uintptr_t i = 0;
+    for_each_layer_tensor(weights, [&](const char*, const void*& p) {
+      p = reinterpret_cast<const void*>(base + kSpacing * i++);
+    });
+    for_each_layer_tensor(grads,
+                          [&](const char*, void*& p) { p = reinterpret_cast<void*>(base + kSpacing * i++); });
   }
 };
 
