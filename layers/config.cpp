@@ -1,6 +1,7 @@
 #include "layers/config.h"
 
 #include <cmath>
+#include <iomanip>
 #include <sstream>
 
 #include "core/error.h"
@@ -61,8 +62,15 @@ void require_positive(Problems& p, const char* field, int value) {
 
 void require_ratio(Problems& p, const char* field, double value) {
   // NaN fails both comparisons, so it is reported here too.
-  p.require(std::isfinite(value) && value >= 0.0 && value < 1.0, [&](std::ostream& os) {
-    os << field << " (" << value << ") must be in [0, 1): a ratio of 1 would drop every element";
+  // The kernels take the ratio as a float: a double just below 1 that rounds to 1.0f would drop
+  // every element, so the float is what must be below 1.
+  p.require(std::isfinite(value) && value >= 0.0 && static_cast<float>(value) < 1.0f, [&](std::ostream& os) {
+    if (value >= 0.0 && value < 1.0) {
+      os << field << " (" << std::setprecision(17) << value << std::setprecision(6)
+         << ") rounds to 1 as the kernels' float: a ratio of 1 would drop every element";
+    } else {
+      os << field << " (" << value << ") must be in [0, 1): a ratio of 1 would drop every element";
+    }
   });
 }
 

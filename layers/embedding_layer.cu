@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdint>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "core/nvtx.h"
 #include "layers/config.h"
 #include "layers/embedding_layer.h"
+#include "layers/parameter_ranges.h"
 
 namespace seqbench::layers {
 
@@ -42,8 +44,14 @@ void EmbeddingLayerConfig::validate() const {
     problem() << "padding_idx (" << padding_idx << ") must be -1 (none) or in [0, vocab_size " << vocab_size
               << ")";
   }
-  if (!(std::isfinite(dropout) && dropout >= 0.0 && dropout < 1.0)) {
-    problem() << "dropout (" << dropout << ") must be in [0, 1): a ratio of 1 would drop every element";
+  // The kernels take the ratio as a float: one that rounds to 1.0f would drop every element.
+  if (!(std::isfinite(dropout) && dropout >= 0.0 && static_cast<float>(dropout) < 1.0f)) {
+    if (dropout >= 0.0 && dropout < 1.0) {
+      problem() << "dropout (" << std::setprecision(17) << dropout << std::setprecision(6)
+                << ") rounds to 1 as the kernels' float: a ratio of 1 would drop every element";
+    } else {
+      problem() << "dropout (" << dropout << ") must be in [0, 1): a ratio of 1 would drop every element";
+    }
   }
   const double s = effective_scale();
   if (!std::isfinite(s) || std::fabs(s) > static_cast<double>(std::numeric_limits<float>::max())) {
@@ -163,6 +171,18 @@ void require_embedding_parameters(const char* layer, const EmbeddingLayerConfig&
     require_embedding_aligned(layer, weights.position_table, elem, layer, "weights.position_table");
     require_embedding_aligned(layer, grads.position_table, elem, layer, "grads.position_table");
   }
+  // The backward zeroes both gradient tables and then scatters into them: two that share bytes
+  // (or one on a weight) would give silently wrong gradients, which no launcher can see.
+  const std::size_t row = static_cast<std::size_t>(config.embedding_dim) * elem;
+  const std::size_t token_bytes = static_cast<std::size_t>(config.vocab_size) * row;
+  const std::size_t position_bytes =
+      config.learned() ? static_cast<std::size_t>(config.num_positions()) * row : 0;
+  ParameterRanges ranges(layer);
+  ranges.add("weights.token_table", weights.token_table, token_bytes, false);
+  ranges.add("weights.position_table", weights.position_table, position_bytes, false);
+  ranges.add("grads.token_table", grads.token_table, token_bytes, true);
+  ranges.add("grads.position_table", grads.position_table, position_bytes, true);
+  ranges.require_gradients_disjoint();
 }
 
 EmbeddingForwardBytes require_embedding_forward(const char* layer, const EmbeddingLayerConfig& config,

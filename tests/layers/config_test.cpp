@@ -35,8 +35,17 @@ TEST(LayerConfig, AValidConfigPasses) {
   LayerConfig c = valid();
   c.attn_dropout = 0.0;
   c.activation_dropout = 0.0;
-  c.hidden_dropout = std::nextafter(1.0, 0.0);  // the largest ratio below 1
-  c.max_seq_len = c.max_batch_tokens;           // one full-length sentence fills a batch: allowed
+  // The largest ratio whose float (what the kernels take) is below 1.
+  c.hidden_dropout = static_cast<double>(std::nextafter(1.0f, 0.0f));
+  c.max_seq_len = c.max_batch_tokens;  // one full-length sentence fills a batch: allowed
+  EXPECT_NO_THROW(c.validate());
+  // A double below 1 that rounds to 1.0f would drop every element in the kernels: refused.
+  for (const double below_one : {std::nextafter(1.0, 0.0), 1.0 - 0x1p-25, 0.99999999}) {
+    LayerConfig d = c;
+    d.hidden_dropout = below_one;
+    expect_error_all([&] { d.validate(); }, {"hidden_dropout (0.99999", "rounds to 1 as the kernels' float"});
+  }
+  c.hidden_dropout = std::nextafter(1.0 - 0x1p-25, 0.0);  // rounds down to 1 - 2^-24
   EXPECT_NO_THROW(c.validate());
   c.heads = c.hidden;  // head_dim 1
   EXPECT_NO_THROW(c.validate());

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/embedding.h"
+#include "layers/baseline_embedding_layer.h"
 #include "layers/embedding_layer.h"
 #include "layers/memory_planner.h"
 #include "tests/common/expect_error.h"
@@ -42,6 +43,11 @@ TEST(EmbeddingLayerValidation, ConfigRulesAreAllNamed) {
   expect_error_all([&] { c.validate(); }, {"vocab_size (0) must be positive",
                                            "max_seq_len (65) must not exceed max_batch_tokens (64)",
                                            "dropout (1)", "position_offset (-1)"});
+  c = small_embedding();
+  c.dropout = 0.99999999;  // below 1, but 1.0f in the kernels: every element would be dropped
+  expect_error([&] { c.validate(); }, "dropout (0.99999998999999995) rounds to 1 as the kernels' float");
+  c.dropout = static_cast<double>(std::nextafter(1.0f, 0.0f));
+  EXPECT_NO_THROW(c.validate());
   c = small_embedding();
   c.padding_idx = 50;
   expect_error([&] { c.validate(); }, "padding_idx (50) must be -1 (none) or in [0, vocab_size 50)");
@@ -94,6 +100,17 @@ TEST(EmbeddingLayerValidation, ParametersAreCheckedAtConstruction) {
   w = t.weights;
   w.token_table = t.storage + 1;  // not 2-byte aligned for f16
   expect_error([&] { EmbeddingLayer layer(small_embedding(), w, t.grads, counter); }, "weights.token_table");
+  // Gradient tables that share bytes with each other or a weight: both would be zeroed and then
+  // scattered into, so one table's rows would hold the other's gradient.
+  g = t.grads;
+  g.position_table = t.storage + 4096 + 1024;  // inside grads.token_table's 1200 bytes
+  expect_error_all(
+      [&] { EmbeddingLayer layer(small_embedding(), t.weights, g, counter); },
+      {"EmbeddingLayer: grads.position_table (432 bytes", "overlaps grads.token_table (1200 bytes"});
+  g = t.grads;
+  g.token_table = t.storage + 2048 + 16;  // on weights.position_table
+  expect_error_all([&] { BaselineEmbeddingLayer layer(small_embedding(), t.weights, g, counter); },
+                   {"BaselineEmbeddingLayer: ", "grads.token_table", "weights.position_table"});
   EXPECT_EQ(counter.stats().allocations, 0u);
 }
 

@@ -303,10 +303,12 @@ inline EmbeddingLayerConfig small_embedding(
 
 // An embedding layer's tables: distinct non-null, 16-byte aligned addresses that are never
 // dereferenced.
+// Four disjoint 2 KiB tables (small_embedding()'s token table is 50·12 f16 = 1200 bytes, its
+// position table 18·12 f16 = 432): the layers refuse gradient tables that share bytes.
 struct FakeTables {
-  alignas(16) char storage[256] = {};
-  EmbeddingLayerWeights weights{storage, storage + 64};
-  EmbeddingLayerGrads grads{storage + 128, storage + 192};
+  alignas(16) char storage[8192] = {};
+  EmbeddingLayerWeights weights{storage, storage + 2048};
+  EmbeddingLayerGrads grads{storage + 4096, storage + 6144};
 };
 
 // The criterion layers' validation config: B·L <= 64, padding_idx 1, ε = 0.1, bf16.
