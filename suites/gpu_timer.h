@@ -3,8 +3,10 @@
 // It follows nvbench's rules (and ../shared/ANCHORS.md, "Measurement rules"):
 //   1. warm-up runs first, so module load, lazy allocation and autotuning stay out of the samples
 //      (`warmup_runs` rounds of one sample's calls, so a work rotating over copies warms each);
-//   2. before each sample an L2-sized buffer is overwritten (cudaMemsetAsync), outside the event
-//      pair, so every sample starts with a cold L2 as a real training step would;
+//   2. before each sample a buffer of twice L2 is read (suites/l2_flush.h), outside the event
+//      pair, so every sample starts with a cold L2 as a real training step would, and one holding
+//      only clean lines (nvbench's memset flush leaves ~L2 of dirty lines, written back inside the
+//      timed work);
 //   3. each sample is the time between two CUDA events recorded on the timer's stream around
 //      `calls_per_sample` calls of the work (1 unless the caller batches small kernels: see
 //      graph_calls_per_sample below), and is divided by that count;
@@ -74,7 +76,8 @@ struct TimedSamples {
 
 class GpuTimer {
  public:
-  // Allocates the L2 flush buffer once (set-up, not a hot path): L2 size of the current device.
+  // Allocates the L2 flush buffer once (set-up, not a hot path): twice the current device's L2,
+  // read before every sample (suites/l2_flush.h).
   explicit GpuTimer(TimerPolicy policy = {});
 
   cudaStream_t stream() const { return stream_.get(); }
@@ -111,6 +114,7 @@ class GpuTimer {
   Stream stream_;
   Event start_, stop_;
   DeviceBuffer<unsigned char> flush_buffer_;
+  DeviceBuffer<unsigned int> flush_sink_;  // the flush read's never-taken store
 };
 
 }  // namespace seqbench

@@ -1,13 +1,16 @@
 // GpuTimer on the device: a kernel of known duration is measured as such, directly and as graph
 // replays; the stop rules hold; a graph replays exactly the captured work, and work that cannot be
-// captured is timed directly with the reason.
+// captured is timed directly with the reason; the L2 flush's read covers every vector, tail
+// included, and stores nothing from a zeroed buffer.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "core/device_buffer.h"
 #include "suites/gpu_timer.h"
+#include "suites/l2_flush.h"
 #include "suites/sample_stats.h"
 #include "tests/common/gpu_test.h"
 
@@ -229,6 +232,31 @@ TEST(GpuTimerGpu, AnErrorOfTheWorkItselfStillThrows) {
   EXPECT_THROW(cold.sample([](cudaStream_t) { SEQBENCH_FAIL("the work's own error"); }, true), Error);
   const TimedSamples ok = cold.sample([](cudaStream_t s) { spin_kernel<<<1, 1, 0, s>>>(1000); }, true);
   EXPECT_TRUE(ok.cuda_graph) << ok.note;
+}
+
+// The flush read's only store happens when a thread's XOR of its vectors is kNeverXor: one such
+// vector in an otherwise zeroed buffer must reach the sink wherever it lies (first, in the middle,
+// the last of an odd count that no block size divides), and a zeroed buffer must store nothing.
+TEST(GpuTimerGpu, FlushReadCoversEveryVectorAndStoresNothingFromZeros) {
+  SEQBENCH_REQUIRE_GPU();
+  constexpr unsigned int kNeverXor = 0x9E3779B9u;    // suites/l2_flush.cu's constant
+  const std::size_t vectors = 3 * 1024 * 1024 + 77;  // 48 MiB + a tail
+  DeviceBuffer<unsigned int> buffer(4 * vectors);
+  DeviceBuffer<unsigned int> sink(1);
+  for (const std::size_t at : {std::size_t{0}, vectors / 2 + 3, vectors - 1}) {
+    buffer.fill_bytes(0);
+    sink.fill_bytes(0);
+    const unsigned int marker[4] = {kNeverXor, 0, 0, 0};
+    SEQBENCH_CUDA_CHECK(cudaMemcpy(buffer.data() + 4 * at, marker, sizeof(marker), cudaMemcpyHostToDevice));
+    launch_l2_flush_read(buffer.data(), 16 * vectors, sink.data(), nullptr);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(sink.copy_to_host()[0], kNeverXor) << "the vector at " << at << " was not read";
+  }
+  buffer.fill_bytes(0);
+  sink.fill_bytes(0x5A);
+  launch_l2_flush_read(buffer.data(), 16 * vectors, sink.data(), nullptr);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(sink.copy_to_host()[0], 0x5A5A5A5Au) << "a zeroed buffer's flush stored";
 }
 
 }  // namespace
