@@ -15,8 +15,11 @@ class TorchTimer:
         self.flush_buffer = None
         if policy.flush_l2:
             l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0))
-            # 64 MiB when torch does not say: more than any current GPU's L2.
-            self.flush_buffer = torch.empty(l2 if l2 > 0 else 64 << 20, dtype=torch.uint8, device="cuda")
+            # 64 MiB when torch does not say: more than any current GPU's L2. Twice L2, read (not
+            # written) before each sample, as suites/l2_flush.h explains: a write leaves dirty
+            # lines whose write-back would fall inside the timed work.
+            l2 = l2 if l2 > 0 else 64 << 20
+            self.flush_buffer = torch.zeros((2 * l2 + 3) // 4, dtype=torch.int32, device="cuda")
 
     def sample_ms(self, work, calls=1):
         """Milliseconds per call, one per sample: `work()` enqueues one sample's `calls` calls on the
@@ -38,8 +41,8 @@ class TorchTimer:
             begin = time.monotonic()
             while True:
                 if self.flush_buffer is not None:
-                    # A different byte each time, outside the event pair, as the C++ timer does.
-                    self.flush_buffer.fill_(len(samples) & 0xFF)
+                    # A read of the whole buffer, outside the event pair, as the C++ timer does.
+                    self.flush_buffer.sum()
                 self.start.record(stream)
                 work()
                 self.stop.record(stream)
