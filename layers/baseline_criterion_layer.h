@@ -21,7 +21,10 @@
 // temporaries, and frees logp unless retain_graph. The ones buffer [max_batch_tokens] fp32 (the
 // scalar's stand-in) is allocated and uploaded once, at the first forward.
 //
-// Outputs: as CriterionLayer's, except lse = nullptr (eager's log_softmax keeps logp, not lse).
+// Outputs: as CriterionLayer's, except lse = nullptr (eager's log_softmax keeps logp, not lse),
+// and an ignored row with non-finite logits: CriterionLayer never reads it (zero gradient row);
+// eager log_softmax does, and its backward gives that row NaN (as PyTorch's). Loss and totals
+// agree either way.
 // Limits and contract as CriterionLayer's (config.validate(); 1 <= rows <= max_batch_tokens,
 // 1 <= vocab <= 2^30, V >= 2 for "fairseq" with ε > 0; logits, targets, dlogits non-null and
 // element-aligned; dlogits not overlapping logits; backward() needs the last forward()'s logits and

@@ -28,13 +28,20 @@
 //
 // Limits and contract as EmbeddingLayer's (config.validate(); weights.token_table and
 // grads.token_table non-null and element-aligned, position tables exactly when learned; tokens
-// int32 [B, L] with ids in [0, vocab_size) (others give NaN rows and no gradient); y [B·L, H] not
+// int32 [B, L] with ids in [0, vocab_size) (others: see below); y [B·L, H] not
 // overlapping tokens; B, L within the maxima: check_batch_maxima names both numbers). backward()
 // needs the last forward()'s tokens pointer, contents unchanged. Every check happens before any
 // CUDA call. backward(..., retain_graph = false) frees what it read, as autograd does; a second
 // backward then needs a new forward; retain_graph = true keeps the saved tensors so that a
 // benchmark can time repeated backwards of one forward. A new forward drops the previous graph
 // first. One stream (the caching allocator reuses freed blocks in stream order). Not thread-safe.
+//
+// Ids outside [0, vocab_size) (PyTorch eager would stop on a device assert): the token gather
+// gives a NaN row and the token table no gradient, as in EmbeddingLayer, but two eager ops differ
+// from the fused kernel there: the dropout mask is a select, so its dropped elements of such a
+// row are 0 rather than NaN (with p > 0 a row can come out finite for a small H), and the
+// position table's index_add_ filters on padding only, so the position of such a token does get
+// dy's row (EmbeddingLayer's gives it none). Both only where the input is already invalid.
 #pragma once
 
 #include <cuda_runtime_api.h>
