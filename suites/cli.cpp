@@ -22,6 +22,8 @@ namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+// `seqbench run`: nothing failed, but the time budget (or a signal) left something unstarted.
+constexpr int kExitIncomplete = 3;
 
 std::filesystem::path default_reports_dir() {
   return std::filesystem::path(SEQBENCH_SOURCE_DIR) / "reports";
@@ -164,12 +166,30 @@ int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::o
   if (options.out_dir.empty()) options.out_dir = std::filesystem::path("seqbench-out") / device_slug(probe);
   const RunResult result = run_suites(options, out);
 
-  std::vector<nlohmann::json> written;
-  for (const auto& p : result.reports) written.push_back(read_report(p));
-  if (!written.empty()) {
+  // The tables of every report now in the folder (this run's and earlier suites'), not of this
+  // run's alone: one process per suite (tools/gpu.sh) must not leave a file naming only the last.
+  std::vector<nlohmann::json> present;
+  std::error_code ec;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(options.out_dir, ec))
+    if (entry.is_regular_file() && entry.path().extension() == ".json") paths.push_back(entry.path());
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) {
+    try {
+      present.push_back(read_report(p));
+    } catch (const Error& e) {
+      out << "tables: left out " << p.string() << " (" << e.message() << ")\n";
+    }
+  }
+  if (!present.empty()) {
     const auto tables = options.out_dir / "tables.md";
-    write_file_atomic(tables, render_tables(written, TableFormat::markdown));
-    out << "tables of this run: " << tables.string() << "\n";
+    try {
+      write_file_atomic(tables, render_tables(present, TableFormat::markdown));
+      out << "tables of the " << present.size() << " report(s) in " << options.out_dir.string() << ": "
+          << tables.string() << "\n";
+    } catch (const Error& e) {
+      out << "tables not written: " << e.message() << "\n";
+    }
   }
   if (!probe.info) {
     // Without a GPU the measured numbers can only come from committed reports: regenerate them.
@@ -184,10 +204,18 @@ int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::o
     }
   }
   for (const SkippedSuite& s : result.skipped) out << "skipped: " << s.suite << " (" << s.reason << ")\n";
+  for (const std::string& n : result.not_run) out << "not run: " << n << "\n";
   out << "reports: " << result.reports.size() << " written to " << options.out_dir.string()
       << "; checks: " << result.checks - result.failed_checks << " passed, " << result.failed_checks
       << " failed\n";
-  return result.failed_checks == 0 ? 0 : kExitFailure;
+  if (!result.device_lost.empty()) out << "device lost " << result.device_lost << "\n";
+  if (!result.stopped_by.empty()) out << "incomplete: " << result.stopped_by << "\n";
+  if (result.not_started > 0)
+    out << "incomplete: the time budget left " << result.not_started << " unstarted\n";
+  out << std::flush;
+  if (result.failed_checks > 0 || !result.device_lost.empty() || !result.stopped_by.empty())
+    return kExitFailure;
+  return result.not_started > 0 ? kExitIncomplete : 0;
 }
 
 int cmd_table(const std::vector<std::string>& inputs, const std::string& format, const std::string& output,
@@ -242,6 +270,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   run->add_option("--seed", run_options.seed, "seed of every random draw");
   run->add_option("--repetitions", run_options.repetitions, "Google Benchmark repetitions per variant")
       ->check(CLI::Range(1, 1000));
+  run->add_option(
+         "--budget-seconds", run_options.budget_seconds,
+         "start no experiment once fewer seconds than the longest one so far (at least 10) are left of "
+         "N from the start; what was not started is listed in the report's not_run (exit 3)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--reports-dir", reports_dir, "committed reports, for tables when no GPU is present");
 
   std::vector<std::string> table_inputs;

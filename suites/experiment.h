@@ -86,6 +86,12 @@ struct SuiteOptions {
   bool quick = false;  // smaller shapes, for smoke runs
 };
 
+// `run()` (one family of a suite's checks), or, when it throws, one failed check "checks/<family>"
+// carrying the message: one family's CUDA error, refused launch or missing cuBLASLt algorithm costs
+// that family, not the suite's other checks and measurements (suites/runner.cpp).
+std::vector<CheckResult> checks_or_failure(const std::string& family,
+                                           const std::function<std::vector<CheckResult>()>& run);
+
 // Every suite, in a fixed order (suites/suites.cpp). Describing a suite touches no GPU.
 std::vector<SuiteSpec> all_suites(const SuiteOptions& options);
 

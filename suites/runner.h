@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,9 @@ struct RunOptions {
   bool quick = false;
   std::uint64_t seed = 20261122;
   int repetitions = 1;
+  // Seconds from the start: an experiment starts only while what is left covers the longest one so
+  // far (at least 10 s); the others are listed "not started: time budget". Empty: no limit.
+  std::optional<double> budget_seconds;
 };
 
 struct SkippedSuite {
@@ -34,10 +38,26 @@ struct RunResult {
   std::vector<SkippedSuite> skipped;
   std::size_t checks = 0;
   std::size_t failed_checks = 0;
+  std::size_t not_started = 0;  // experiments (or whole suites) the time budget kept from starting
+  std::vector<std::string>
+      not_run;              // "<suite>/<experiment>: <reason>", and whole suites as "<suite>: <reason>"
+  std::string device_lost;  // non-empty: a sticky CUDA error ended the device ("after ...: error")
+  std::string stopped_by;   // non-empty: a SIGTERM or SIGINT stopped the run ("stopped by SIGTERM")
 };
 
 // Throws seqbench::Error (before anything long starts) for an unknown suite, a bad regex, a bad
-// repetition count or an output folder that cannot be written. An experiment that throws while it
+// repetition count, an output folder that cannot be written, a filtered run whose existing report
+// cannot take its part (another suite, device, git sha -- or an unknown one -- or quick setting), or
+// SEQBENCH_EXPECT_GPU set with no GPU visible and a suite that needs one.
+//
+// Run control. Each suite's report is rewritten atomically after its checks and after every
+// experiment, so that a crash or a kill leaves what finished (the experiments not reached listed in
+// "not_run"). A check family (a suite's CPU or GPU checks) that throws is a failed check
+// "checks/<suite>/<cpu|gpu>" with the message. SIGTERM and SIGINT start nothing new: what finished
+// is written and stopped_by says so. After a failure a sticky CUDA error stops all timing: the rest
+// is listed "not run: device lost after ...". With a filter, the report merges into the one already
+// in out_dir (experiments and checks replaced by name; meta.parts lists the runs); meta records
+// quick, filter, repetitions and the timer policy. An experiment that throws while it
 // is prepared or timed is left out of its suite's report and recorded there as a failed check
 // "run/<suite>/<experiment>/<variant>" with the error (counted in failed_checks), so one
 // unsupported case costs neither the other measurements nor the exit status.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "core/check_result.h"
@@ -33,5 +34,56 @@ using Sampler = std::function<TimedSamples(const Work&, bool cuda_graph, int cal
 nlohmann::json time_experiments(const SuiteSpec& suite, const std::vector<const ExperimentSpec*>& experiments,
                                 const Sampler& sample, std::optional<double> copy_gbps, int repetitions,
                                 std::ostream& log, std::vector<CheckResult>& failures);
+
+// What time_experiments_controlled did: the measured entries and failures as above, and the
+// experiments it did not (fully) run, each {"experiment", "reason"} in `not_run`.
+struct TimingOutcome {
+  nlohmann::json experiments = nlohmann::json::array();
+  std::vector<CheckResult> failures;
+  nlohmann::json not_run = nlohmann::json::array();
+  std::string device_lost;             // non-empty: "after <suite/experiment/variant>: <sticky error>"
+  bool stopped = false;                // a stop request (SIGTERM, SIGINT) ended the run early
+  std::size_t not_started_budget = 0;  // experiments the budget kept from starting
+};
+
+// How the runner steers the loop; every member is optional.
+struct TimingHooks {
+  // Before each experiment: a non-empty reason keeps it from starting (the time budget); it is
+  // listed in not_run as "not started: <reason>".
+  std::function<std::string()> may_not_start;
+  // Whether a stop was requested: no variant starts after it; the unfinished experiments are
+  // listed as "not run: <reason>" (stop_reason, default "stopped").
+  std::function<bool()> stop_requested;
+  std::string stop_reason = "stopped";
+  // After a variant failed: non-empty when the device is lost (a sticky CUDA error) with what it
+  // says; the loop then stops and lists every experiment not finished as "not run: device lost
+  // after <suite/experiment/variant>: <error>" instead of recording each as its own failure.
+  std::function<std::string()> sticky_error;
+  // After every experiment (measured, failed or not run), with the outcome so far: the runner
+  // rewrites the report here. `pending` are the experiments not yet reached.
+  std::function<void(const TimingOutcome&, const std::vector<const ExperimentSpec*>& pending)>
+      after_experiment;
+};
+
+// time_experiments, one experiment at a time (each its own Google Benchmark pass), under `hooks`.
+// An experiment whose prepare() failed is not prepared again for its other variants: each of them
+// fails with the same error. Prints "start <suite/experiment/variant>" (flushed) before each
+// variant's run and its elapsed seconds after it.
+TimingOutcome time_experiments_controlled(const SuiteSpec& suite,
+                                          const std::vector<const ExperimentSpec*>& experiments,
+                                          const Sampler& sample, std::optional<double> copy_gbps,
+                                          int repetitions, std::ostream& log, const TimingHooks& hooks);
+
+// Throws seqbench::Error unless `old` (a valid report) may take a filtered run's part whose meta
+// is `meta`: same suite, device, git sha (neither "unknown") and quick flag; `what` names the file.
+void require_mergeable(const nlohmann::json& old, const nlohmann::json& meta, const std::string& suite,
+                       const std::string& what);
+
+// `fresh` (a filtered run's report, meta.parts holding its one part) merged into `old`: experiments
+// this run measured or failed replace the old ones of that name; checks replace by name (and an
+// old "run/" failure of an experiment this run attempted goes); not_run entries of experiments the
+// merged report holds measured are dropped; meta is this run's, meta.parts the old parts and this
+// one, meta.git_dirty true when any part's was.
+nlohmann::json merge_reports(const nlohmann::json& old, const nlohmann::json& fresh);
 
 }  // namespace seqbench::runner_detail

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -94,12 +95,16 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
   layer_experiments::add_embedding_experiments(suite, options);
   layer_experiments::add_criterion_experiments(suite, options);
   const bool quick = options.quick;
+  // Each family on its own (checks_or_failure): one that throws is its failed check, not the suite's end.
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;
-    for (auto&& some : {layer_experiments::encoder_memory_checks(quick, seed),
-                        layer_experiments::decoder_memory_checks(quick, seed),
-                        layer_experiments::encoder_stack_memory_checks(quick, seed)})
+    const auto add = [&](const char* name, const std::function<std::vector<CheckResult>()>& family) {
+      auto some = checks_or_failure(std::string("layers/") + name, family);
       all.insert(all.end(), some.begin(), some.end());
+    };
+    add("encoder_memory", [&] { return layer_experiments::encoder_memory_checks(quick, seed); });
+    add("decoder_memory", [&] { return layer_experiments::decoder_memory_checks(quick, seed); });
+    add("encoder_stack_memory", [&] { return layer_experiments::encoder_stack_memory_checks(quick, seed); });
     return all;
   };
   return suite;

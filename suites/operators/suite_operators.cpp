@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "suites/gpu_timer.h"
 #include "suites/operators/operators.h"
@@ -30,13 +32,22 @@ SuiteSpec operators_suite(const SuiteOptions& options) {
     for (const VariantSpec& v : e.variants) bytes = std::max(bytes, v.bytes);
     e.calls_per_sample = graph_calls_per_sample(bytes);
   }
+  // Each family on its own (checks_or_failure): one that throws is its failed check, not the suite's end.
   suite.gpu_checks = [](std::uint64_t seed) {
+    using Family = std::vector<CheckResult> (*)(std::uint64_t);
+    const std::pair<const char*, Family> families[] = {
+        {"layernorm", operators::layernorm_gpu_checks},
+        {"softmax", operators::softmax_gpu_checks},
+        {"dropout", operators::dropout_gpu_checks},
+        {"bias_act_dropout", operators::bias_act_dropout_gpu_checks},
+        {"bias_dropout_residual", operators::bias_dropout_residual_gpu_checks},
+        {"cross_entropy", operators::cross_entropy_gpu_checks},
+        {"embedding", operators::embedding_gpu_checks},
+        {"qkv_reshape", operators::qkv_reshape_gpu_checks}};
     std::vector<CheckResult> all;
-    for (auto* family : {operators::layernorm_gpu_checks, operators::softmax_gpu_checks,
-                         operators::dropout_gpu_checks, operators::bias_act_dropout_gpu_checks,
-                         operators::bias_dropout_residual_gpu_checks, operators::cross_entropy_gpu_checks,
-                         operators::embedding_gpu_checks, operators::qkv_reshape_gpu_checks}) {
-      auto checks = family(seed);
+    for (const auto& [name, family] : families) {
+      auto checks =
+          checks_or_failure(std::string("operators/") + name, [&, family = family] { return family(seed); });
       all.insert(all.end(), checks.begin(), checks.end());
     }
     return all;

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "core/build_info.h"
 #include "core/device_info.h"
 #include "suites/gpu_timer.h"
 #include "suites/report.h"
+#include "suites_test_util.h"
 #include "tests/common/gpu_test.h"
 
 namespace seqbench {
@@ -225,6 +228,128 @@ TEST_F(CliTest, CheckWithAFilterMatchingNothingFails) {
   // suite's checks have run, so on a GPU machine every suite would run all its GPU checks here.
   const auto r = cli({"check", "--suite", "reference", "--filter", "^no-such-check$"});
   EXPECT_EQ(r.code, 1);
+}
+
+// --- Run control of `seqbench run` (review B, E, F, G, I), on the reference suite (CPU checks only). ---
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+TEST_F(CliTest, RunRecordsQuickFilterRepetitionsAndTimerPolicy) {
+  const auto out = dir_ / "out";
+  const auto r = cli({"run", "--suite", "reference", "--filter", "softmax", "--repetitions", "3", "--quick",
+                      "--out", out.string(), "--reports-dir", (dir_ / "none").string()});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto meta = read_report(out / "reference.json")["meta"];
+  EXPECT_EQ(meta["quick"], true);
+  EXPECT_EQ(meta["filter"], "softmax");
+  EXPECT_EQ(meta["repetitions"], 3);
+  EXPECT_EQ(meta["timer_policy"]["name"], "quick");
+  ASSERT_EQ(meta["parts"].size(), 1u);
+}
+
+TEST_F(CliTest, FilteredRunMergesIntoTheSuiteReport) {
+  const auto out = dir_ / "out";
+  const std::vector<std::string> common = {"--suite",    "reference",     "--out",
+                                           out.string(), "--reports-dir", (dir_ / "none").string()};
+  auto args = common;
+  args.insert(args.begin(), "run");
+  ASSERT_EQ(cli(args).code, 0);
+  const auto full = read_report(out / "reference.json");
+  args.insert(args.end(), {"--filter", "reference/softmax/"});
+  const auto r = cli(args);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto merged = read_report(out / "reference.json");
+  EXPECT_EQ(merged["checks"].size(), full["checks"].size());  // not cut down to the filtered few
+  ASSERT_EQ(merged["meta"]["parts"].size(), 2u);
+  EXPECT_EQ(merged["meta"]["parts"][1]["filter"], "reference/softmax/");
+  EXPECT_EQ(merged["meta"]["filter"], "reference/softmax/");
+}
+
+TEST_F(CliTest, FilteredRunRefusesAReportOfAnotherBuildAndLeavesItAlone) {
+  const auto out = dir_ / "out";
+  ASSERT_EQ(
+      cli({"run", "--suite", "reference", "--out", out.string(), "--reports-dir", (dir_ / "none").string()})
+          .code,
+      0);
+  auto doc = read_json(out / "reference.json");
+  doc["meta"]["git_sha"] = "0123456789abcdef0123456789abcdef01234567";
+  write_json_atomic(out / "reference.json", doc);
+  const std::string before = ::seqbench::testing::read_file(out / "reference.json");
+  const auto r = cli({"run", "--suite", "reference", "--filter", "softmax", "--out", out.string(),
+                      "--reports-dir", (dir_ / "none").string()});
+  expect_one_line_error(r, 1, "cannot merge this filtered run into");
+  EXPECT_NE(r.err.find("it holds git sha 0123456789abcdef"), std::string::npos) << r.err;
+  EXPECT_EQ(::seqbench::testing::read_file(out / "reference.json"), before);
+  // A --quick part may not join a full report either.
+  doc["meta"]["git_sha"] = build_info().git_sha;
+  write_json_atomic(out / "reference.json", doc);
+  if (build_info().git_sha != "unknown")
+    expect_one_line_error(cli({"run", "--suite", "reference", "--filter", "softmax", "--quick", "--out",
+                               out.string(), "--reports-dir", (dir_ / "none").string()}),
+                          1, "it holds a full run, this run is --quick");
+}
+
+TEST_F(CliTest, AnUnreadableReportIsMovedAsideNotMergedOrLost) {
+  const auto out = dir_ / "out";
+  fs::create_directories(out);
+  write(out / "reference.json", "{ not json");
+  const auto r = cli({"run", "--suite", "reference", "--filter", "softmax", "--out", out.string(),
+                      "--reports-dir", (dir_ / "none").string()});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("moved aside to"), std::string::npos) << r.out;
+  bool aside = false;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().filename().string().rfind("reference.json.unreadable-", 0) == 0)
+      aside = ::seqbench::testing::read_file(e.path()) == "{ not json";
+  EXPECT_TRUE(aside);
+  EXPECT_NO_THROW(read_report(out / "reference.json"));
+}
+
+TEST_F(CliTest, BudgetTooSmallToStartIsIncompleteNotFailed) {
+  const auto out = dir_ / "out";
+  const auto r = cli({"run", "--suite", "reference", "--budget-seconds", "1", "--out", out.string(),
+                      "--reports-dir", (dir_ / "none").string()});
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("not run: reference: not started: time budget"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("incomplete: the time budget left"), std::string::npos) << r.out;
+  EXPECT_EQ(cli({"run", "--suite", "reference", "--budget-seconds", "0", "--out", out.string()}).code, 2);
+  const auto ample = cli({"run", "--suite", "reference", "--budget-seconds", "600", "--out", out.string(),
+                          "--reports-dir", (dir_ / "none").string()});
+  EXPECT_EQ(ample.code, 0) << ample.out << ample.err;
+}
+
+TEST_F(CliTest, ExpectedGpuMissingFailsAGpuSuite) {
+  if (::seqbench::testing::gpu_absence_reason().empty()) GTEST_SKIP() << "a GPU is present";
+  const char* previous = std::getenv("SEQBENCH_EXPECT_GPU");
+  const std::string saved = previous ? previous : "";
+  setenv("SEQBENCH_EXPECT_GPU", "1", 1);
+  const auto out = dir_ / "out";
+  const auto r = cli({"run", "--suite", "device", "--out", out.string()});
+  const auto cpu_only =
+      cli({"run", "--suite", "reference", "--out", out.string(), "--reports-dir", (dir_ / "none").string()});
+  if (previous) {
+    setenv("SEQBENCH_EXPECT_GPU", saved.c_str(), 1);
+  } else {
+    unsetenv("SEQBENCH_EXPECT_GPU");
+  }
+  expect_one_line_error(r, 1, "SEQBENCH_EXPECT_GPU is set but no GPU is visible");
+  EXPECT_FALSE(fs::exists(out / "device.json"));
+  EXPECT_EQ(cpu_only.code, 0) << cpu_only.out << cpu_only.err;  // a CPU suite needs none
+}
+
+TEST_F(CliTest, TablesFileCoversEveryReportInTheFolder) {
+  const auto out = dir_ / "out";
+  fs::create_directories(out);
+  write_json_atomic(out / "layernorm.json", ::seqbench::testing::valid_report());
+  const auto r =
+      cli({"run", "--suite", "reference", "--out", out.string(), "--reports-dir", (dir_ / "none").string()});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string tables = ::seqbench::testing::read_file(out / "tables.md");
+  EXPECT_NE(tables.find("## reference"), std::string::npos) << tables;
+  EXPECT_NE(tables.find("layernorm"), std::string::npos) << tables;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -140,7 +141,8 @@ TEST(RunnerTimeExperiments, PrepareThatThrowsIsAFailedCheckPerVariant) {
   fault.prepare_throws = true;
   const Outcome o = run({experiment("a", l), experiment("epilogue", l, fault), experiment("c", l)});
   EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"a", "c"}));
-  // prepare() is tried again for the second variant: one failed check each.
+  // prepare() is not tried again for the second variant (review C), but each variant is its own
+  // failed check, carrying the same error.
   EXPECT_EQ(names_of(o.failures),
             (std::set<std::string>{"run/fake/epilogue/slow", "run/fake/epilogue/fast"}));
   EXPECT_EQ(o.failures.size(), 2u);
@@ -148,7 +150,7 @@ TEST(RunnerTimeExperiments, PrepareThatThrowsIsAFailedCheckPerVariant) {
     EXPECT_FALSE(c.passed);
     EXPECT_NE(c.detail.find("no algorithm for this epilogue"), std::string::npos) << c.detail;
   }
-  EXPECT_EQ(l.prepares, 4);
+  EXPECT_EQ(l.prepares, 3);  // a, epilogue once, c
   EXPECT_EQ(l.live_at_prepare, 0);
   EXPECT_EQ(l.live, 0);
   EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
@@ -356,6 +358,286 @@ TEST(RunnerTimeExperiments, EveryExperimentFailingLeavesAValidReport) {
   EXPECT_TRUE(o.experiments.empty());
   EXPECT_EQ(o.failures.size(), 2u);
   EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+// --- Run control (review A, B, C, F): the loop under TimingHooks, the check families, the merge. ---
+
+struct Controlled {
+  runner_detail::TimingOutcome outcome;
+  std::vector<std::size_t> pending_after;   // pending.size() at each after_experiment
+  std::vector<std::size_t> measured_after;  // experiments measured at each after_experiment
+  std::string log;
+};
+
+Controlled run_controlled(const std::vector<ExperimentSpec>& specs, runner_detail::TimingHooks hooks) {
+  SuiteSpec suite;
+  suite.name = "fake";
+  suite.experiments = specs;
+  std::vector<const ExperimentSpec*> selected;
+  for (const ExperimentSpec& e : suite.experiments) selected.push_back(&e);
+  Controlled c;
+  const auto user = hooks.after_experiment;
+  hooks.after_experiment = [&c, user](const runner_detail::TimingOutcome& o,
+                                      const std::vector<const ExperimentSpec*>& pending) {
+    c.pending_after.push_back(pending.size());
+    c.measured_after.push_back(o.experiments.size());
+    if (user) user(o, pending);
+  };
+  std::ostringstream log;
+  c.outcome = runner_detail::time_experiments_controlled(suite, selected, fake_sample, 2950.0, 1, log, hooks);
+  c.log = log.str();
+  return c;
+}
+
+std::map<std::string, std::string> not_run_of(const runner_detail::TimingOutcome& o) {
+  std::map<std::string, std::string> out;
+  for (const auto& n : o.not_run)
+    out[n.at("experiment").get<std::string>()] = n.at("reason").get<std::string>();
+  return out;
+}
+
+TEST(RunnerRunControl, AfterEveryExperimentTheOutcomeSoFarAndWhatIsPending) {
+  Liveness l;
+  const Controlled c = run_controlled({experiment("a", l), experiment("b", l), experiment("c", l)}, {});
+  EXPECT_EQ(c.pending_after, (std::vector<std::size_t>{2, 1, 0}));
+  EXPECT_EQ(c.measured_after, (std::vector<std::size_t>{1, 2, 3}));
+  EXPECT_TRUE(c.outcome.not_run.empty());
+  EXPECT_FALSE(c.outcome.stopped);
+}
+
+TEST(RunnerRunControl, StartLineBeforeEachVariantAndSecondsAfter) {
+  Liveness l;
+  const Controlled c = run_controlled({experiment("a", l)}, {});
+  const auto start = c.log.find("start fake/a/slow\n");
+  const auto done = c.log.find("[1/2] fake/a/slow: median 2 ms");
+  ASSERT_NE(start, std::string::npos) << c.log;
+  ASSERT_NE(done, std::string::npos) << c.log;
+  EXPECT_LT(start, done) << c.log;
+  EXPECT_LT(c.log.find("start fake/a/fast\n"), c.log.find("[2/2] fake/a/fast")) << c.log;
+  EXPECT_NE(c.log.find(" s)\n"), std::string::npos) << c.log;  // the elapsed seconds
+}
+
+TEST(RunnerRunControl, BudgetListsWhatItKeptFromStarting) {
+  Liveness l;
+  runner_detail::TimingHooks hooks;
+  int asked = 0;
+  hooks.may_not_start = [&asked] { return ++asked > 1 ? std::string("time budget") : std::string(); };
+  const Controlled c = run_controlled({experiment("a", l), experiment("b", l), experiment("c", l)}, hooks);
+  EXPECT_EQ(names_of(c.outcome.experiments), (std::set<std::string>{"a"}));
+  EXPECT_EQ(not_run_of(c.outcome), (std::map<std::string, std::string>{{"b", "not started: time budget"},
+                                                                       {"c", "not started: time budget"}}));
+  EXPECT_EQ(c.outcome.not_started_budget, 2u);
+  EXPECT_TRUE(c.outcome.failures.empty());
+  EXPECT_EQ(l.prepares, 1);               // b and c were never prepared
+  EXPECT_EQ(c.pending_after.size(), 3u);  // the report is rewritten for the unstarted ones too
+}
+
+TEST(RunnerRunControl, StopRequestStartsNothingNew) {
+  Liveness l;
+  runner_detail::TimingHooks hooks;
+  bool stop = false;
+  hooks.stop_requested = [&stop] { return stop; };
+  hooks.stop_reason = "stopped by SIGTERM";
+  hooks.after_experiment = [&stop](const runner_detail::TimingOutcome&,
+                                   const std::vector<const ExperimentSpec*>&) {
+    stop = true;  // the signal arrives during the first experiment
+  };
+  const Controlled c = run_controlled({experiment("a", l), experiment("b", l)}, hooks);
+  EXPECT_EQ(names_of(c.outcome.experiments), (std::set<std::string>{"a"}));
+  EXPECT_EQ(not_run_of(c.outcome),
+            (std::map<std::string, std::string>{{"b", "not run: stopped by SIGTERM"}}));
+  EXPECT_TRUE(c.outcome.stopped);
+  EXPECT_EQ(l.prepares, 1);
+}
+
+TEST(RunnerRunControl, StopMidExperimentSkipsItsLaterVariants) {
+  Liveness l;
+  runner_detail::TimingHooks hooks;
+  int calls = 0;
+  hooks.stop_requested = [&calls] { return ++calls > 2; };  // while a's first variant runs
+  const Controlled c = run_controlled({experiment("a", l), experiment("b", l)}, hooks);
+  EXPECT_TRUE(c.outcome.experiments.empty());
+  EXPECT_TRUE(c.outcome.failures.empty());  // not run is not failed
+  EXPECT_EQ(not_run_of(c.outcome),
+            (std::map<std::string, std::string>{{"a", "not run: stopped"}, {"b", "not run: stopped"}}));
+  EXPECT_EQ(l.live, 0);
+}
+
+TEST(RunnerRunControl, StickyErrorStopsTheRunAndListsTheRest) {
+  Liveness l;
+  Fault fault;
+  fault.throwing_variant = 0;
+  runner_detail::TimingHooks hooks;
+  int probes = 0;
+  hooks.sticky_error = [&probes] {
+    ++probes;
+    return std::string("cudaErrorIllegalAddress: an illegal memory access was encountered");
+  };
+  const Controlled c = run_controlled(
+      {experiment("a", l), experiment("b", l, fault), experiment("c", l), experiment("d", l)}, hooks);
+  EXPECT_EQ(names_of(c.outcome.experiments), (std::set<std::string>{"a"}));
+  // The one real failure is a failed check; nothing after it is recorded as its own failure.
+  EXPECT_EQ(names_of(c.outcome.failures), (std::set<std::string>{"run/fake/b/slow"}));
+  const std::string lost =
+      "not run: device lost after fake/b/slow: cudaErrorIllegalAddress: an illegal memory access was "
+      "encountered";
+  // b is its failed check; everything after it is listed as not run, not failed.
+  EXPECT_EQ(not_run_of(c.outcome), (std::map<std::string, std::string>{{"c", lost}, {"d", lost}}));
+  EXPECT_EQ(c.outcome.device_lost,
+            "after fake/b/slow: cudaErrorIllegalAddress: an illegal memory access was encountered");
+  EXPECT_EQ(probes, 1);
+  EXPECT_EQ(l.prepares, 2);  // c and d never prepared
+  EXPECT_EQ(l.live, 0);
+}
+
+TEST(RunnerRunControl, ANonStickyFailureCostsOnlyItsExperiment) {
+  Liveness l;
+  Fault fault;
+  fault.prepare_throws = true;
+  runner_detail::TimingHooks hooks;
+  int probes = 0;
+  hooks.sticky_error = [&probes] {
+    ++probes;
+    return std::string();
+  };
+  const Controlled c = run_controlled({experiment("a", l, fault), experiment("b", l)}, hooks);
+  EXPECT_EQ(names_of(c.outcome.experiments), (std::set<std::string>{"b"}));
+  EXPECT_EQ(c.outcome.failures.size(), 2u);
+  EXPECT_TRUE(c.outcome.not_run.empty());
+  EXPECT_TRUE(c.outcome.device_lost.empty());
+  EXPECT_EQ(probes, 2);
+  EXPECT_EQ(l.prepares, 2);  // a once (not again for its second variant), b once
+}
+
+TEST(RunnerCheckFamilies, AFamilyThatThrowsIsANamedFailedCheck) {
+  const auto ok = checks_or_failure("fake/gpu", [] {
+    CheckResult c;
+    c.name = "fake/x";
+    c.passed = true;
+    return std::vector<CheckResult>{c};
+  });
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_EQ(ok[0].name, "fake/x");
+  const auto threw = checks_or_failure("fake/gpu", []() -> std::vector<CheckResult> {
+    throw std::runtime_error("cuBLASLt has no algorithm for this epilogue");
+  });
+  ASSERT_EQ(threw.size(), 1u);
+  EXPECT_EQ(threw[0].name, "checks/fake/gpu");
+  EXPECT_FALSE(threw[0].passed);
+  EXPECT_TRUE(testing::contains(threw[0].detail, "cuBLASLt has no algorithm for this epilogue"));
+  nlohmann::json report = testing::valid_report();
+  report["checks"].push_back(check_to_json(threw[0]));
+  EXPECT_TRUE(validate_report(report).empty()) << report.dump(2);
+}
+
+// A report as run_suites writes it: meta with quick, filter and one part.
+nlohmann::json runner_report(const std::string& filter, bool quick = false) {
+  nlohmann::json r = testing::valid_report();
+  r["meta"]["quick"] = quick;
+  r["meta"]["filter"] = filter.empty() ? nlohmann::json(nullptr) : nlohmann::json(filter);
+  r["meta"]["repetitions"] = 1;
+  r["meta"]["parts"] = nlohmann::json::array({{{"timestamp", r["meta"]["timestamp"]},
+                                               {"host", "h"},
+                                               {"git_dirty", false},
+                                               {"filter", r["meta"]["filter"]},
+                                               {"quick", quick}}});
+  return r;
+}
+
+TEST(RunnerMerge, RefusesAnotherSuiteDeviceShaOrQuickSetting) {
+  const nlohmann::json old = runner_report("");
+  const nlohmann::json meta = runner_report("x")["meta"];
+  EXPECT_NO_THROW(runner_detail::require_mergeable(old, meta, "layernorm", "'old.json'"));
+  EXPECT_TRUE(testing::contains(
+      testing::error_message([&] { runner_detail::require_mergeable(old, meta, "softmax", "'old.json'"); }),
+      "it holds suite 'layernorm', this run 'softmax'"));
+  nlohmann::json other = meta;
+  other["device"]["name"] = "NVIDIA H200";
+  EXPECT_TRUE(testing::contains(testing::error_message([&] {
+                                  runner_detail::require_mergeable(old, other, "layernorm", "'old.json'");
+                                }),
+                                "measured on NVIDIA H100 80GB HBM3, this run on NVIDIA H200"));
+  other = meta;
+  other["git_sha"] = "0123456789abcdef0123456789abcdef01234567";
+  EXPECT_TRUE(testing::contains(
+      testing::error_message(
+          [&] { runner_detail::require_mergeable(old, other, "layernorm", "'old.json'"); }),
+      "it holds git sha 3f5c2a9e8b7d6c5f4e3a2b1c0d9e8f7a6b5c4d3e, this run 0123456789abcdef"));
+  // unknown == unknown is no match: neither build says what it was built from.
+  nlohmann::json unknown_old = old;
+  unknown_old["meta"]["git_sha"] = "unknown";
+  other = meta;
+  other["git_sha"] = "unknown";
+  EXPECT_TRUE(testing::contains(testing::error_message([&] {
+                                  runner_detail::require_mergeable(unknown_old, other, "layernorm",
+                                                                   "'o.json'");
+                                }),
+                                "git sha 'unknown'"));
+  EXPECT_TRUE(testing::contains(
+      testing::error_message([&] { runner_detail::require_mergeable(old, other, "layernorm", "'o.json'"); }),
+      "run tools/stamp.sh"));
+  other = meta;
+  other["quick"] = true;
+  EXPECT_TRUE(testing::contains(testing::error_message([&] {
+                                  runner_detail::require_mergeable(old, other, "layernorm", "'old.json'");
+                                }),
+                                "it holds a full run, this run is --quick"));
+  nlohmann::json no_quick = old;
+  no_quick["meta"].erase("quick");
+  EXPECT_TRUE(testing::contains(testing::error_message([&] {
+                                  runner_detail::require_mergeable(no_quick, meta, "layernorm", "'old.json'");
+                                }),
+                                "records no quick flag"));
+}
+
+TEST(RunnerMerge, AFilteredPartReplacesByNameAndKeepsTheRest) {
+  nlohmann::json old = runner_report("");
+  nlohmann::json second = old["experiments"][0];
+  second["name"] = "layernorm_bwd";
+  old["experiments"].push_back(second);
+  old["not_run"] =
+      nlohmann::json::array({{{"experiment", "softmax_fwd"}, {"reason", "not started: time budget"}}});
+  old["checks"].push_back({{"name", "run/layernorm/layernorm_fwd/fused"},
+                           {"passed", false},
+                           {"max_abs_err", 0},
+                           {"max_rel_err", 0},
+                           {"tolerance", 0},
+                           {"detail", "not measured: out of memory"}});
+  nlohmann::json fresh = runner_report("layernorm_fwd|softmax_fwd");
+  fresh["meta"]["timestamp"] = "2026-11-23T10:00:00Z";
+  fresh["meta"]["parts"][0]["timestamp"] = "2026-11-23T10:00:00Z";
+  fresh["meta"]["parts"][0]["git_dirty"] = true;
+  fresh["meta"]["git_dirty"] = true;
+  fresh["experiments"][0]["variants"][1]["samples"] = 123;
+  nlohmann::json softmax = fresh["experiments"][0];
+  softmax["name"] = "softmax_fwd";
+  fresh["experiments"].push_back(softmax);
+  fresh["checks"] = nlohmann::json::array({old["checks"][0]});
+  fresh["checks"][0]["max_abs_err"] = 0.001;
+  fresh["not_run"] = nlohmann::json::array();
+
+  const nlohmann::json merged = runner_detail::merge_reports(old, fresh);
+  EXPECT_EQ(validate_report(merged), std::vector<std::string>{});
+  ASSERT_EQ(merged["experiments"].size(), 3u);
+  EXPECT_EQ(merged["experiments"][0]["name"], "layernorm_bwd");  // kept
+  EXPECT_EQ(merged["experiments"][1]["name"], "layernorm_fwd");  // replaced
+  EXPECT_EQ(merged["experiments"][1]["variants"][1]["samples"], 123);
+  EXPECT_EQ(merged["experiments"][2]["name"], "softmax_fwd");
+  std::set<std::string> checks;
+  for (const auto& c : merged["checks"]) checks.insert(c["name"].get<std::string>());
+  // The old run/ failure of the re-measured experiment and the replaced check are gone; the other old check
+  // stays.
+  EXPECT_EQ(checks, (std::set<std::string>{"layernorm_fwd vs reference", "layernorm_bwd vs reference"}));
+  for (const auto& c : merged["checks"]) {
+    if (c["name"] == "layernorm_fwd vs reference") {
+      EXPECT_EQ(c["max_abs_err"], 0.001);
+    }
+  }
+  EXPECT_TRUE(merged["not_run"].empty());  // softmax_fwd is measured now
+  ASSERT_EQ(merged["meta"]["parts"].size(), 2u);
+  EXPECT_EQ(merged["meta"]["parts"][1]["filter"], "layernorm_fwd|softmax_fwd");
+  EXPECT_EQ(merged["meta"]["timestamp"], "2026-11-23T10:00:00Z");
+  EXPECT_TRUE(merged["meta"]["git_dirty"].get<bool>());
 }
 
 }  // namespace
