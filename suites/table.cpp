@@ -80,8 +80,36 @@ std::string torch_label(const std::string& variant) {
   return label;
 }
 
+// Whether a report's numbers are of --quick shapes: meta.quick where it says, else what every entry
+// of meta.parts says alike (suites/pytorch records it there); nullopt when unknown (older reports).
+std::optional<bool> report_quick(const json& meta) {
+  if (const auto q = meta.find("quick"); q != meta.end() && q->is_boolean()) return q->get<bool>();
+  const auto parts = meta.find("parts");
+  if (parts == meta.end() || !parts->is_array() || parts->empty()) return std::nullopt;
+  std::optional<bool> all;
+  for (const json& part : *parts) {
+    const auto q = part.find("quick");
+    if (q == part.end() || !q->is_boolean() || (all && *all != q->get<bool>())) return std::nullopt;
+    all = q->get<bool>();
+  }
+  return all;
+}
+
+// A PyTorch variant's quick flag: its part's (meta.parts[id == variant.part]), else its report's.
+std::optional<bool> variant_quick(const json& meta, const json& variant) {
+  const auto parts = meta.find("parts");
+  if (variant.contains("part") && parts != meta.end() && parts->is_array())
+    for (const json& part : *parts)
+      if (part.value("id", json()) == variant.at("part")) {
+        const auto q = part.find("quick");
+        if (q != part.end() && q->is_boolean()) return q->get<bool>();
+      }
+  return report_quick(meta);
+}
+
 // The PyTorch reports, indexed by (suite, device, experiment name): an experiment is compared only
-// with PyTorch measured on the same device. A name measured twice keeps the first report's.
+// with PyTorch measured on the same device. A name measured twice keeps the first report's. Numbers
+// of --quick shapes are never paired with full ones (where both sides say which they are).
 class TorchIndex {
  public:
   explicit TorchIndex(const std::vector<json>& reports) {
@@ -91,7 +119,8 @@ class TorchIndex {
       const std::string suite = report.at("suite").get<std::string>();
       const std::string device = device_name(report.at("meta"));
       for (const json& experiment : report.at("experiments")) {
-        experiments_.emplace(key(suite, device, experiment.at("name").get<std::string>()), &experiment);
+        experiments_.emplace(key(suite, device, experiment.at("name").get<std::string>()),
+                             std::make_pair(&experiment, &report.at("meta")));
         for (const json& variant : experiment.at("variants"))
           add_column(suite, variant.at("name").get<std::string>());
       }
@@ -135,6 +164,7 @@ class TorchIndex {
                               experiment.at("name").get<std::string>()));
     if (it == experiments_.end()) return out;
     const double mine = variant.at("median_ms").get<double>();
+    const std::optional<bool> my_quick = report_quick(report.at("meta"));
     // Timed differently: one side replayed a graph and the other did not (a side that does not say
     // decides nothing), or their samples bracketed different numbers of calls (a report older than
     // calls_per_sample timed one call a sample).
@@ -142,11 +172,15 @@ class TorchIndex {
       return a.contains("cuda_graph") && b.contains("cuda_graph") && a.at("cuda_graph") != b.at("cuda_graph");
     };
     const auto calls = [](const json& v) { return v.value("calls_per_sample", 1); };
+    const auto& [torch_experiment, torch_meta] = it->second;
     for (std::size_t c = 0; c < columns.size(); ++c)
-      for (const json& torch : it->second->at("variants"))
+      for (const json& torch : torch_experiment->at("variants")) {
+        const std::optional<bool> their_quick = variant_quick(*torch_meta, torch);
+        if (my_quick && their_quick && *my_quick != *their_quick) continue;  // quick against full
         if (torch.at("name") == columns[c])
           out[c] = Ratio{torch.at("median_ms").get<double>() / mine,
                          graph_differs(torch, variant) || calls(torch) != calls(variant)};
+      }
     return out;
   }
 
@@ -163,7 +197,7 @@ class TorchIndex {
   }
 
   bool any_ = false;
-  std::map<std::string, const json*> experiments_;
+  std::map<std::string, std::pair<const json*, const json*>> experiments_;  // (experiment, its meta)
   std::map<std::string, std::vector<std::string>> extra_;
   std::vector<std::string> extra_order_;
 };

@@ -339,6 +339,28 @@ TEST(RenderTables, PytorchColumnsOnlyWhereTheDeviceAndNameMatch) {
   EXPECT_TRUE(contains(md2, "| 4.05× | — | — |\n"));
 }
 
+TEST(RenderTables, NeverPairsQuickWithFullNumbers) {
+  // Review H: the C++ side full, the PyTorch side --quick (or the other way round): no "vs torch" cell.
+  json mine = valid_report();
+  mine["meta"]["quick"] = false;
+  json torch = torch_report();
+  torch["meta"]["parts"] = json::array({{{"id", "p1"}, {"quick", true}}});
+  EXPECT_TRUE(contains(render_tables({mine, torch}, TableFormat::markdown), "| 4.05× | — | — | — |"));
+  // The same setting on both sides pairs as before; so does a side that does not say (older reports).
+  torch["meta"]["parts"][0]["quick"] = false;
+  EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::markdown), "| 4.05× | — | — | — |"));
+  mine["meta"].erase("quick");
+  torch["meta"]["parts"][0]["quick"] = true;
+  EXPECT_FALSE(contains(render_tables({mine, torch}, TableFormat::markdown), "| 4.05× | — | — | — |"));
+  // A variant's own part decides: a quick torch_compile part merged into a full report is left out.
+  mine["meta"]["quick"] = false;
+  torch["meta"]["parts"] = json::array({{{"id", "p1"}, {"quick", false}}, {{"id", "p2"}, {"quick", true}}});
+  for (json& v : torch["experiments"][0]["variants"]) v["part"] = v["name"] == "torch_compile" ? "p2" : "p1";
+  const std::string md = render_tables({mine, torch}, TableFormat::markdown);
+  EXPECT_FALSE(contains(md, "| 4.05× | — | — | — |")) << md;
+  EXPECT_TRUE(contains(md, "× | — | ")) << md;  // eager paired, compile not
+}
+
 TEST(RenderTables, CsvWithPytorchAddsRunnerAndSpeedupColumns) {
   json mine = valid_report();
   // clang-format off
