@@ -182,7 +182,7 @@ int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::o
     }
   }
   if (!present.empty()) {
-    const auto tables = options.out_dir / "tables.md";
+    const auto tables = options.out_dir / "TABLES.md";
     try {
       write_file_atomic(tables, render_tables(present, TableFormat::markdown));
       out << "tables of the " << present.size() << " report(s) in " << options.out_dir.string() << ": "

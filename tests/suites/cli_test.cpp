@@ -131,7 +131,7 @@ TEST_F(CliTest, RunReferenceWritesAValidReportAndTables) {
   EXPECT_EQ(report["suite"], "reference");
   EXPECT_FALSE(report["checks"].empty());
   for (const auto& c : report["checks"]) EXPECT_TRUE(c["passed"].get<bool>()) << c.dump();
-  EXPECT_TRUE(fs::exists(out / "tables.md"));
+  EXPECT_TRUE(fs::exists(out / "TABLES.md"));
   for (const auto& e : fs::directory_iterator(out))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "stray " << e.path();
 
@@ -347,7 +347,7 @@ TEST_F(CliTest, TablesFileCoversEveryReportInTheFolder) {
   const auto r =
       cli({"run", "--suite", "reference", "--out", out.string(), "--reports-dir", (dir_ / "none").string()});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  const std::string tables = ::seqbench::testing::read_file(out / "tables.md");
+  const std::string tables = ::seqbench::testing::read_file(out / "TABLES.md");
   EXPECT_NE(tables.find("## reference"), std::string::npos) << tables;
   EXPECT_NE(tables.find("layernorm"), std::string::npos) << tables;
 }
