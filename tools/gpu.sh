@@ -13,7 +13,13 @@
 #      still leaves every finished experiment in the report); then regenerate that folder's
 #      tables, which join both (the "vs torch" columns);
 #   4. print a short summary last.
-# Logs and a tarball of the new reports go to $OUT (or ./gpu-out) so they come back from a lease.
+# $OUT (or ./gpu-out) holds exactly three files, so that all of them come back from a lease (a call
+# returns at most 8 files, and which are dropped beyond that is unspecified): logs.tar (every log:
+# nvidia-smi.txt, configure/build/ctest/sanitizer/run/dump/pytorch logs, ptxas.md, info.txt, under
+# build/gpu-logs/ on the machine), reports.tar (reports/<device>/) and summary.txt (the summary
+# printed last). All three are rewritten (temp file + rename) after every stage and every suite, so
+# a call killed at its limit still returns what finished; a kill mid-write can leave at most a
+# logs.tar.tmp and a reports.tar.tmp beside them (5 files in all, in every stage combination).
 #
 #   tools/gpu.sh [--quick] [suite ...]      default: every suite
 #   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, dump, torch); a lease's
@@ -26,6 +32,13 @@
 #                                           variant); each such part merges into reports/<device>/
 #                                           pytorch-<suite>.json (suites/pytorch/README.md, "Reports")
 #
+# Provenance: the GPU machine gets the working tree without .git, so a build there would record git
+# sha "unknown" (and no report of it could be merged with another part). Before EVERY `run` call
+# the session runs tools/stamp.sh on this machine: it writes BUILD_STAMP (sha, dirty flag, source
+# hash; untracked and deliberately not git-ignored, since ignored files do not travel -- never
+# commit it), which cmake/WriteBuildInfo.cmake reads where git cannot answer. This script moves a
+# stamp whose source hash is not the tree's aside (BUILD_STAMP.stale) before it builds, and says so.
+#
 # A lease is 30 device-minutes in calls of at most 10, and a machine is released 30 s after a call,
 # so plan on every call starting bare (a fresh build each time; carry .bundle every time). Ignored
 # folders do not outlive a session: make .bundle (tools/bundle.sh) first, commit, and start
@@ -36,9 +49,13 @@
 #   1. STAGES="build test" tools/gpu.sh                          all gpu tests (the first results)
 #   2. STAGES="build run" TARGETS=seqbench tools/gpu.sh device operators
 #   3. STAGES="build run" TARGETS=seqbench tools/gpu.sh trainer layers
-#   4. STAGES="build dump torch" TARGETS=seqbench tools/gpu.sh --quick layers  (then trainer,
-#      operators in parts with TORCH_FILTER: torch.compile costs seconds per experiment; a part
-#      that runs out of budget lists what it did not start, and the summary says "incomplete").
+#   4. STAGES="build dump torch" TARGETS=seqbench tools/gpu.sh layers  (then trainer, operators in
+#      parts with TORCH_FILTER: torch.compile costs seconds per experiment; a part that runs out of
+#      budget lists what it did not start, and the summary says "incomplete"). The torch side must
+#      use the --quick setting of the C++ reports it is joined with (steps 2-3 are full, so no
+#      --quick here): quick experiments have other names and shapes, and `seqbench table` leaves a
+#      quick-against-full "vs torch" cell empty. The parity dump is always of quick shapes (numerics,
+#      not timing), whatever the setting.
 #      The parts merge into one report only when built from one git sha: use one .prebuilt for
 #      all of them, or unpack each part's reports.tar into the tree without committing until the
 #      suite is complete (a commit between builds changes the sha, and the runner refuses to mix)
@@ -55,12 +72,20 @@
 # CALL_BUDGET (seconds, default 560) is what this call may use in all: a lease's call is killed at
 # its limit (600 s) with only what is already under $OUT coming back. Every stage is given the
 # time that is left (timeout), a stage that finds under STAGE_MIN (20 s) left is skipped and says
-# so, and reports.tar is rewritten after every suite, so a call that runs long still returns the
-# suites that finished.
+# so, and seqbench run gets --budget-seconds (what is left less 20 s): it starts no experiment it
+# cannot finish, rewrites its report after every experiment, and on SIGTERM writes what finished.
+# The summary tells, per suite: ok; incomplete (the budget left experiments unstarted, exit 3);
+# FAILED with the report written (its failed checks counted); CRASHED (no report written or
+# updated: an error before or outside the measurements, or a signal); TIMED OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
+rm -f "$out"/*.log "$out"/*.txt "$out"/*.md "$out"/*.tar "$out"/*.tmp 2>/dev/null
+# Every log lands here; logs.tar in $OUT carries them all back.
+logs=$PWD/build/gpu-logs
+rm -rf "$logs"
+mkdir -p "$logs"
 quick=()
 suites=()
 for arg in "$@"; do
@@ -74,6 +99,15 @@ export SEQBENCH_EXPECT_GPU=1
 stages=" ${STAGES:-build test sanitize run dump torch} "
 summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+# Writes $OUT's file NAME from stdin, atomically (a temp file, then rename).
+put() { cat >"$out/$1.tmp" && mv -f "$out/$1.tmp" "$out/$1"; }
+pack_logs() { tar -cf - -C "$logs" . 2>/dev/null | put logs.tar; }
+write_summary() { printf '%s\n' "${summary[@]}" | put summary.txt; }
+# After every stage (and suite): what finished so far is in $OUT, should the call be killed next.
+checkpoint() {
+  pack_logs
+  write_summary
+}
 call_budget=${CALL_BUDGET:-560}
 stage_min=${STAGE_MIN:-20}
 # Seconds left of the call's budget, at least 1 (timeout 0 would mean no limit at all).
@@ -95,10 +129,25 @@ want() {
 }
 # rc 124 is timeout's: the stage ran out of the call's budget.
 timed_out() { [ "$1" -eq 124 ]; }
-pack_reports() { [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 && tar -cf "$out/reports.tar" "$dir"; }
+pack_reports() {
+  [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 && tar -cf - "$dir" | put reports.tar
+}
 
 timeout 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
-  >"$out/nvidia-smi.txt" 2>&1
+  >"$logs/nvidia-smi.txt" 2>&1
+
+# A BUILD_STAMP (tools/stamp.sh) names the commit only for the tree it was written from.
+if [ -f BUILD_STAMP ]; then
+  if [ "$(sed -n 's/^source_hash=//p' BUILD_STAMP)" = "$(tools/source_hash.sh)" ]; then
+    step "build stamp" "$(sed -n 's/^git_sha=//p' BUILD_STAMP | cut -c1-12) (dirty: $(sed -n 's/^git_dirty=//p' BUILD_STAMP))"
+  else
+    mv -f BUILD_STAMP BUILD_STAMP.stale
+    step "build stamp" "STALE (written for other sources; moved aside): git sha will be unknown"
+  fi
+elif [ ! -d .git ]; then
+  step "build stamp" "NONE and no .git: git sha will be unknown (run tools/stamp.sh before the call)"
+fi
+checkpoint
 
 build=build/gpu
 bin=$build/suites/seqbench
@@ -120,8 +169,8 @@ use_prebuilt() {
   elif [ "$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null)" != "${CUDA_ARCH:-90}" ]; then
     pre_why="built for sm_$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null), this call wants sm_${CUDA_ARCH:-90}"
   # LD_BIND_NOW: a library symbol the image lacks (an older cuBLAS) fails here, not mid-suite.
-  elif ! info=$(LD_BIND_NOW=1 timeout 60 "$prebuilt/run-seqbench" info --json 2>"$out/prebuilt-probe.log"); then
-    pre_why="does not run here: $(grep -m1 . "$out/prebuilt-probe.log" || echo "no message")"
+  elif ! info=$(LD_BIND_NOW=1 timeout 60 "$prebuilt/run-seqbench" info --json 2>"$logs/prebuilt-probe.log"); then
+    pre_why="does not run here: $(grep -m1 . "$logs/prebuilt-probe.log" || echo "no message")"
   elif ! printf '%s' "$info" |
        python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["device"] else 1)' 2>/dev/null; then
     pre_why="runs here but sees no device"
@@ -139,36 +188,37 @@ elif use_prebuilt; then
   bin=$PWD/$prebuilt/run-seqbench
   step build "$pre_why"
 elif ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
-     -DSEQBENCH_PTXAS_VERBOSE=ON >"$out/configure.log" 2>&1; then
-  step configure FAILED; tail -n 40 "$out/configure.log"; printf '%s\n' "${summary[@]}"; exit 1
+     -DSEQBENCH_PTXAS_VERBOSE=ON >"$logs/configure.log" 2>&1; then
+  step configure FAILED; tail -n 40 "$logs/configure.log"; checkpoint; printf '%s\n' "${summary[@]}"; exit 1
 elif timeout "$(left)" cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 \
-     >"$out/build.log" 2>&1; then
+     >"$logs/build.log" 2>&1; then
   step build ok
 elif timed_out $?; then
   step build "TIMED OUT (call budget; see build.log)"
 else
   # Keep going with what did build: one broken file must not cost every test and suite.
-  step build "FAILED ($(grep -c '^FAILED: ' "$out/build.log") target(s), see build.log; continuing)"
-  grep -A 12 '^FAILED: ' "$out/build.log" | head -n 60
+  step build "FAILED ($(grep -c '^FAILED: ' "$logs/build.log") target(s), see build.log; continuing)"
+  grep -A 12 '^FAILED: ' "$logs/build.log" | head -n 60
 fi
 if [ ! -x "$bin" ]; then
   step seqbench "NOT BUILT: run, dump, torch and tables are skipped"
 fi
 # ptxas -v of every kernel this call compiled: registers, stack and spills a kernel, in ptxas.md
 # (tools/ptxas_report.py); a spill is named in the summary.
-if [ -f "$out/build.log" ]; then
-  python3 tools/ptxas_report.py "$out/build.log" --markdown "$out/ptxas.md" >"$out/ptxas-summary.txt" 2>&1
+if [ -f "$logs/build.log" ]; then
+  python3 tools/ptxas_report.py "$logs/build.log" --markdown "$logs/ptxas.md" >"$logs/ptxas-summary.txt" 2>&1
   case $? in
-    0) step ptxas "$(head -n 1 "$out/ptxas-summary.txt")" ;;
-    1) step ptxas "SPILLS: $(head -n 1 "$out/ptxas-summary.txt") (named below and in ptxas.md)" ;;
-    *) step ptxas "FAILED: $(tail -n 1 "$out/ptxas-summary.txt")" ;;
+    0) step ptxas "$(head -n 1 "$logs/ptxas-summary.txt")" ;;
+    1) step ptxas "SPILLS: $(head -n 1 "$logs/ptxas-summary.txt") (named below and in ptxas.md)" ;;
+    *) step ptxas "FAILED: $(tail -n 1 "$logs/ptxas-summary.txt")" ;;
   esac
-  tail -n +2 "$out/ptxas-summary.txt" | head -n 20
+  tail -n +2 "$logs/ptxas-summary.txt" | head -n 20
 fi
+checkpoint
 
 if want test; then
   timeout "$(left)" ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" \
-    >"$out/ctest.log" 2>&1
+    >"$logs/ctest.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
     step ctest ok
@@ -177,11 +227,12 @@ if want test; then
   else
     step ctest FAILED
   fi
-  step "ctest result" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -n 1)"
-  step "ctest skipped" "$(grep -c 'Skipped' "$out/ctest.log")"
+  step "ctest result" "$(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -n 1)"
+  step "ctest skipped" "$(grep -c 'Skipped' "$logs/ctest.log")"
 elif [ "$why" != skipped ]; then
   step ctest "$why"
 fi
+checkpoint
 
 if ! want sanitize; then
   step compute-sanitizer "$why"
@@ -200,11 +251,11 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
         san_skipped=$((san_skipped + 1))
         continue
       fi
-      echo "== $tool $(basename "$test_bin")" >>"$out/sanitizer.log"
+      echo "== $tool $(basename "$test_bin")" >>"$logs/sanitizer.log"
       san_limit=${SANITIZE_TIMEOUT:-120}
       ((san_limit > $(left))) && san_limit=$(left)
       timeout "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" \
-        >>"$out/sanitizer.log" 2>&1
+        >>"$logs/sanitizer.log" 2>&1
       rc=$?
       if [ "$rc" -eq 124 ]; then
         san_failed+=("$tool $(basename "$test_bin") timed out")
@@ -220,6 +271,7 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
 else
   step compute-sanitizer "not installed"
 fi
+checkpoint
 
 slug=$("$bin" info --json 2>/dev/null | python3 -c 'import json,re,sys
 d=json.load(sys.stdin)["device"]
@@ -241,38 +293,69 @@ else
       python3 -c 'import json,sys; print("\n".join(s["name"] for s in json.load(sys.stdin)["suites"]))')
   fi
   run_failed=()
+  run_crashed=()
+  run_incomplete=()
   run_not_started=()
   run_ok=()
-  : >"$out/run.log"
+  : >"$logs/run.log"
   for name in "${run_names[@]}"; do
     if (($(left) < $stage_min)); then
       run_not_started+=("$name")
       continue
     fi
-    timeout "$(left)" "$bin" run "${quick[@]}" --suite "$name" --out "$dir" 2>&1 |
-      tee -a "$out/run.log"
-    rc=$?
+    # The runner's own budget ends 20 s before the call's, so that it stops starting experiments
+    # (its report rewritten after each) before `timeout` has to end it; at least 10 s.
+    run_budget=$(($(left) - 20))
+    ((run_budget < 10)) && run_budget=10
+    report="$dir/$name.json"
+    # Written or not: the report is replaced (rename: a new inode) whenever the run writes it.
+    before=$(stat -c '%i %Y' "$report" 2>/dev/null)
+    timeout "$(left)" "$bin" run "${quick[@]}" --suite "$name" --out "$dir" --budget-seconds "$run_budget" 2>&1 |
+      tee -a "$logs/run.log"
+    rc=${PIPESTATUS[0]}
+    after=$(stat -c '%i %Y' "$report" 2>/dev/null)
+    written=""
+    if [ -n "$after" ] && [ "$after" != "$before" ]; then
+      written=$(python3 -c 'import json,sys
+d=json.load(open(sys.argv[1]))
+failed=sum(1 for c in d["checks"] if not c["passed"])
+not_run=len(d.get("not_run", []))
+print(f"report written: {failed} failed check(s), {not_run} experiment(s) not run")' "$report" 2>/dev/null ||
+        echo "report written but unreadable")
+    fi
     if timed_out "$rc"; then
-      run_failed+=("$name (timed out: call budget)")
-    elif [ "$rc" -ne 0 ]; then
-      run_failed+=("$name")
-    else
+      run_failed+=("$name (TIMED OUT: call budget; ${written:-no report written})")
+    elif [ "$rc" -eq 0 ]; then
       run_ok+=("$name")
+    elif [ "$rc" -eq 3 ]; then
+      run_incomplete+=("$name (${written:-no report written})")
+    elif ((rc > 128)); then
+      run_crashed+=("$name (CRASHED by signal $((rc - 128)); ${written:-no report written})")
+    elif [ -n "$written" ]; then
+      run_failed+=("$name (rc=$rc, $written)")
+    else
+      error=$(tail -n 40 "$logs/run.log" | grep 'seqbench: error' | tail -n 1 | cut -c1-200)
+      run_crashed+=("$name (CRASHED rc=$rc, no report written: ${error:-see run.log})")
     fi
     pack_reports
+    checkpoint
   done
   # A suite that never started did not fail: it is listed apart, for the next call.
-  not_started=""
-  [ ${#run_not_started[@]} -gt 0 ] &&
-    not_started="; not started (call budget spent): ${run_not_started[*]}"
+  detail=""
+  [ ${#run_incomplete[@]} -gt 0 ] &&
+    detail="$detail; incomplete (time budget, see the report's not_run): ${run_incomplete[*]}"
+  [ ${#run_not_started[@]} -gt 0 ] && detail="$detail; not started (call budget spent): ${run_not_started[*]}"
   if [ ${#run_names[@]} -eq 0 ]; then
     step "seqbench run" "FAILED (no suite listed)"
-  elif [ ${#run_failed[@]} -eq 0 ]; then
-    step "seqbench run" "ok (${run_ok[*]})$not_started"
+  elif [ ${#run_failed[@]} -eq 0 ] && [ ${#run_crashed[@]} -eq 0 ]; then
+    status=ok
+    [ ${#run_incomplete[@]} -gt 0 ] || [ ${#run_not_started[@]} -gt 0 ] && status=incomplete
+    step "seqbench run" "$status (${run_ok[*]:-none})$detail"
   else
-    step "seqbench run" "FAILED: ${run_failed[*]}; ok: ${run_ok[*]:-none}$not_started"
+    step "seqbench run" "FAILED: ${run_crashed[*]} ${run_failed[*]}; ok: ${run_ok[*]:-none}$detail"
   fi
 fi
+checkpoint
 # The PyTorch baselines: only the suites it maps (operators, trainer, layers), only where torch imports.
 torch_suites=()
 for ((i = 1; i < ${#suites[@]}; i += 2)); do
@@ -289,12 +372,13 @@ elif [ ! -x "$bin" ]; then
 else
   rm -rf "$dump_dir"
   if timeout "$(left)" "$bin" dump --quick "${torch_suites[@]}" --out "$dump_dir" \
-     >"$out/dump.log" 2>&1; then
+     >"$logs/dump.log" 2>&1; then
     step "seqbench dump" "ok ($(du -sh "$dump_dir" | cut -f1))"
   else
-    step "seqbench dump" "FAILED (see $out/dump.log)"
+    step "seqbench dump" "FAILED (see dump.log in logs.tar)"
   fi
 fi
+checkpoint
 parity=()
 [ -d "$dump_dir" ] && parity=(--parity "$dump_dir")
 torch_filter=()
@@ -314,7 +398,7 @@ else
   ((torch_budget < 10)) && torch_budget=10
   timeout "$(left)" python3 suites/pytorch/run.py --seqbench "$bin" "${quick[@]}" "${torch_suites[@]}" \
     "${torch_filter[@]}" "${parity[@]}" --budget-seconds "$torch_budget" --out "$dir" 2>&1 |
-    tee "$out/pytorch.log"
+    tee "$logs/pytorch.log"
   rc=$?
   filtered=${TORCH_FILTER:+ (TORCH_FILTER=$TORCH_FILTER)}
   if [ "$rc" -eq 0 ]; then
@@ -322,19 +406,21 @@ else
   elif [ "$rc" -eq 3 ]; then
     step "pytorch baselines" "incomplete$filtered: the time budget left experiments unstarted (see pytorch.log; the rest with TORCH_FILTER)"
   elif timed_out "$rc"; then
-    step "pytorch baselines" "TIMED OUT (call budget; the reports hold what finished, see $out/pytorch.log)"
+    step "pytorch baselines" "TIMED OUT (call budget; the reports hold what finished, see pytorch.log in logs.tar)"
   else
-    step "pytorch baselines" "FAILED$filtered (see $out/pytorch.log)"
+    step "pytorch baselines" "FAILED$filtered (see pytorch.log in logs.tar)"
   fi
 fi
+checkpoint
 if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then
   timeout 30 "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
   pack_reports
 fi
-timeout 30 "$bin" info >"$out/info.txt" 2>&1
+timeout 30 "$bin" info >"$logs/info.txt" 2>&1
+checkpoint
 
 echo
 echo "== summary =="
-cat "$out/info.txt"
+cat "$logs/info.txt"
 printf '%s\n' "${summary[@]}"
