@@ -4,7 +4,8 @@ DIR/pytorch-<suite>.json: each run merges into the report it finds there instead
 
 What merges. The existing file must be a valid seqbench.report/1 document (`seqbench table`'s
 validator decides) of the same suite, written by this runner (meta.runner "pytorch"), measured on
-the same device, from the same seqbench git sha and with the same torch version: numbers of two
+the same device, from the same seqbench git sha (never "unknown", which proves nothing) and with the
+same torch version: numbers of two
 builds or two torches side by side in one table would compare what was never run together, so any
 difference there is an error naming both values, before anything is measured. A file that cannot
 be read as a report is moved aside (`<name>.unreadable-<UTC time>`, which `seqbench table DIR/*.json`
@@ -32,7 +33,8 @@ from .report import RUNNER, finalize_speedups
 
 # Report order of the variants; the first present is the baseline (plan.variants[0] is torch_eager).
 VARIANT_ORDER = ("torch_eager", "torch_compile", "torch_fused")
-ABSENT = ("not started", "not run")  # unmapped reasons that record no more than an absence
+ABSENT = ("not started", "not run")
+UNKNOWN_SHA = "unknown"  # cmake/WriteBuildInfo.cmake's git sha when neither git nor BUILD_STAMP answers  # unmapped reasons that record no more than an absence
 
 
 def new_part(meta, filter_text, quick):
@@ -64,6 +66,11 @@ def check_compatible(path, doc, suite, meta):
         if theirs != ours:
             raise RunnerError(f"cannot merge into '{path}': it holds {what} {theirs!r}, this run {ours!r}; "
                               "the parts of one report must agree (move the old file away to start a new one)")
+    # 'unknown' == 'unknown' says nothing: two builds without .git or BUILD_STAMP may be any commits.
+    if meta.get("git_sha") == UNKNOWN_SHA:
+        raise RunnerError(f"cannot merge into '{path}': seqbench git sha 'unknown' (a build without .git or "
+                          "BUILD_STAMP: run tools/stamp.sh before the device call), so the parts cannot be "
+                          "shown to be of one build (move the old file away to start a new one)")
 
 
 def aside_path(path, stamp):

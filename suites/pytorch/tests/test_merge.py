@@ -161,6 +161,12 @@ class LoadExisting(support.ScratchTest):
             self.load(part_meta("2026-11-22T10:09:00Z", device="NVIDIA H200"))
         self.assertTrue(os.path.isfile(self.file))  # refused, not touched
 
+    def test_an_unknown_git_sha_is_refused_even_against_unknown(self):
+        self.write_first(part_meta("2026-11-22T10:00:00Z", git_sha="unknown"))
+        with self.assertRaisesRegex(RunnerError, "seqbench git sha 'unknown'.*tools/stamp.sh"):
+            self.load(part_meta("2026-11-22T10:09:00Z", git_sha="unknown"))
+        self.assertTrue(os.path.isfile(self.file))  # refused, not touched
+
     def test_a_seqbench_report_is_refused(self):
         m = part_meta("2026-11-22T10:00:00Z")
         doc = report.new_report("operators", m)
