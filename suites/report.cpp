@@ -327,6 +327,13 @@ CopyKnown validate_meta(Validator& v, const json& meta) {
   // Who measured: absent for seqbench itself, "pytorch" for suites/pytorch/ (tables join on it),
   // and the versions of the frameworks that runner used.
   v.string(meta, p, "runner", true, kOptional);
+  // How `seqbench run` ran (suites/runner.h): absent in older reports and other runners' (a
+  // PyTorch report keeps them per part), so a reader may not assume them.
+  v.get(meta, p, "quick", Kind::boolean, kOptional);
+  v.string(meta, p, "filter", true, kOptionalNullable);
+  v.integer(meta, p, "repetitions", Bound::positive, kOptional);
+  v.get(meta, p, "timer_policy", Kind::object, kOptional);
+  v.get(meta, p, "parts", Kind::array, kOptional);
   if (const json* frameworks = v.get(meta, p, "frameworks", Kind::object, kOptional))
     for (const auto& [key, value] : frameworks->items())
       if (!value.is_string() && !value.is_null())
@@ -572,6 +579,12 @@ std::vector<std::string> validate_report(const json& report) {
   v.objects(report, "", "skipped", kOptional, [&](const json& skipped, const std::string& path) {
     v.string(skipped, path, "suite");
     v.string(skipped, path, "reason");
+  });
+  // Experiments selected but not measured, and why ("not started: time budget", "not run: device
+  // lost after ...", "not run: stopped by SIGTERM"): listed so that an absence is never silent.
+  v.objects(report, "", "not_run", kOptional, [&](const json& entry, const std::string& path) {
+    v.string(entry, path, "experiment");
+    v.string(entry, path, "reason");
   });
   // Byte counts that are not timings (the memory suite's Fig. 8 accounting).
   v.objects(report, "", "accounting", kOptional, [&](const json& entry, const std::string& path) {

@@ -457,6 +457,21 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
           "- " + md(s.at("suite").get<std::string>()) + ": " + md(s.at("reason").get<std::string>()) + "\n";
     out += "\n";
   }
+  // Selected but not measured (the time budget, a lost device, a signal): never a silent absence.
+  if (const auto not_run = report.find("not_run"); not_run != report.end() && !not_run->empty()) {
+    out += "Not run:\n";
+    for (const json& n : *not_run)
+      out += "- " + md(n.at("experiment").get<std::string>()) + ": " + md(n.at("reason").get<std::string>()) +
+             "\n";
+    out += "\n";
+  }
+  // A report that records a --quick or filtered run says so (its shapes are not the paper's).
+  if (meta.value("quick", false) || (meta.contains("filter") && meta.at("filter").is_string()))
+    out += std::string("Run: ") + (meta.value("quick", false) ? "--quick shapes" : "full shapes") +
+           (meta.contains("filter") && meta.at("filter").is_string()
+                ? "; last part filtered by `" + meta.at("filter").get<std::string>() + "`"
+                : "") +
+           ".\n\n";
 
   const json& experiments = report.at("experiments");
   if (experiments.empty()) {

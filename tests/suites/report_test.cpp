@@ -87,6 +87,26 @@ TEST(ValidateReport, AcceptsOptionalMembersWhenPresent) {
             Problems{});
 }
 
+TEST(ValidateReport, RunControlMembersAreChecked) {
+  // What `seqbench run` records of how it ran, and what it did not run (review B, F).
+  EXPECT_EQ(problems_after([](json& r) {
+              r["meta"]["quick"] = false;
+              r["meta"]["filter"] = nullptr;
+              r["meta"]["repetitions"] = 3;
+              r["meta"]["timer_policy"] = {{"name", "default"}};
+              r["meta"]["parts"] = json::array({{{"filter", "x"}}});
+              r["not_run"] = {{{"experiment", "softmax_fwd"}, {"reason", "not started: time budget"}}};
+            }),
+            Problems{});
+  EXPECT_EQ(problems_after([](json& r) {
+              r["meta"]["quick"] = "yes";
+              r["meta"]["repetitions"] = 0;
+              r["not_run"] = {{{"experiment", "softmax_fwd"}}};
+            }),
+            (Problems{"meta.quick: expected boolean, got string", "meta.repetitions: must be > 0, got 0",
+                      "not_run[0].reason: missing"}));
+}
+
 TEST(ValidateReport, AcceptsEmptyExperimentsAndChecks) {
   EXPECT_EQ(problems_after([](json& r) {
               r["experiments"] = json::array();

@@ -361,6 +361,17 @@ TEST(RenderTables, NeverPairsQuickWithFullNumbers) {
   EXPECT_TRUE(contains(md, "× | — | ")) << md;  // eager paired, compile not
 }
 
+TEST(RenderTables, ListsWhatWasNotRunAndAQuickRun) {
+  json r = valid_report();
+  r["not_run"] = json::array({{{"experiment", "softmax_fwd"}, {"reason", "not started: time budget"}}});
+  r["meta"]["quick"] = true;
+  const std::string md = render_tables({r}, TableFormat::markdown);
+  EXPECT_TRUE(contains(md, "Not run:\n- softmax_fwd: not started: time budget\n")) << md;
+  EXPECT_TRUE(contains(md, "Run: --quick shapes.\n")) << md;
+  EXPECT_FALSE(
+      contains(render_tables({valid_report()}, TableFormat::markdown), "Run: "));  // goldens unchanged
+}
+
 TEST(RenderTables, CsvWithPytorchAddsRunnerAndSpeedupColumns) {
   json mine = valid_report();
   // clang-format off
