@@ -446,30 +446,12 @@ std::vector<CheckResult> suite_checks(const SuiteSpec& suite, bool gpu, std::uin
   return checks;
 }
 
-// SIGTERM (gpu.sh's `timeout`) and SIGINT set a flag: the runner starts nothing new, writes what
-// finished and exits non-zero. A second signal kills as usual (the handler puts the default back).
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int signo) {
   g_stop_signal = signo;
   std::signal(signo, SIG_DFL);
 }
-
-struct StopSignals {
-  using Handler = void (*)(int);
-  Handler term, interrupt;
-  StopSignals() {
-    g_stop_signal = 0;
-    term = std::signal(SIGTERM, on_stop_signal);
-    interrupt = std::signal(SIGINT, on_stop_signal);
-  }
-  ~StopSignals() {
-    std::signal(SIGTERM, term == SIG_ERR ? SIG_DFL : term);
-    std::signal(SIGINT, interrupt == SIG_ERR ? SIG_DFL : interrupt);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-};
 
 std::string stop_reason() {
   return std::string("stopped by ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
@@ -509,6 +491,21 @@ std::filesystem::path move_aside(const std::filesystem::path& path, const std::s
 }  // namespace
 
 namespace runner_detail {
+
+StopSignalScope::StopSignalScope() {
+  g_stop_signal = 0;
+  term_ = std::signal(SIGTERM, on_stop_signal);
+  interrupt_ = std::signal(SIGINT, on_stop_signal);
+}
+
+StopSignalScope::~StopSignalScope() {
+  std::signal(SIGTERM, term_ == SIG_ERR ? SIG_DFL : term_);
+  std::signal(SIGINT, interrupt_ == SIG_ERR ? SIG_DFL : interrupt_);
+}
+
+int StopSignalScope::received() {
+  return g_stop_signal;
+}
 
 void require_mergeable(const nlohmann::json& old, const nlohmann::json& meta, const std::string& suite,
                        const std::string& what) {
@@ -663,6 +660,8 @@ struct SuiteReport {
 }  // namespace
 
 RunResult run_suites(const RunOptions& options, std::ostream& log) {
+  // From here on a SIGTERM ends the run with its reports written (the CUDA probe can take seconds).
+  const runner_detail::StopSignalScope signals;
   SEQBENCH_REQUIRE(options.repetitions >= 1 && options.repetitions <= 1000,
                    "--repetitions " << options.repetitions << " is outside 1..1000");
   SEQBENCH_REQUIRE(!options.budget_seconds || *options.budget_seconds > 0,
@@ -740,7 +739,6 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     }
   }
 
-  const StopSignals signals;  // from here on a SIGTERM ends the run with its reports written
   std::unique_ptr<GpuTimer> timer;
   std::optional<double> copy_gbps;
   if (gpu) {

@@ -74,6 +74,23 @@ TimingOutcome time_experiments_controlled(const SuiteSpec& suite,
                                           const Sampler& sample, std::optional<double> copy_gbps,
                                           int repetitions, std::ostream& log, const TimingHooks& hooks);
 
+// SIGTERM (gpu.sh's `timeout`) and SIGINT, within the scope (run_suites holds one), set a flag
+// instead of ending the process: the runner starts nothing new, writes what finished and exits
+// non-zero. The first signal puts the default back, so a second one kills as usual; the scope's
+// end restores the handlers that were there before.
+class StopSignalScope {
+ public:
+  StopSignalScope();
+  ~StopSignalScope();
+  StopSignalScope(const StopSignalScope&) = delete;
+  StopSignalScope& operator=(const StopSignalScope&) = delete;
+  static int received();  // the signal received since the scope began, or 0
+
+ private:
+  void (*term_)(int);
+  void (*interrupt_)(int);
+};
+
 // Throws seqbench::Error unless `old` (a valid report) may take a filtered run's part whose meta
 // is `meta`: same suite, device, git sha (neither "unknown") and quick flag; `what` names the file.
 void require_mergeable(const nlohmann::json& old, const nlohmann::json& meta, const std::string& suite,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -507,6 +508,21 @@ TEST(RunnerRunControl, ANonStickyFailureCostsOnlyItsExperiment) {
   EXPECT_TRUE(c.outcome.device_lost.empty());
   EXPECT_EQ(probes, 2);
   EXPECT_EQ(l.prepares, 2);  // a once (not again for its second variant), b once
+}
+
+TEST(RunnerStopSignals, SigtermWithinTheScopeSetsAFlagAndTheScopeRestoresTheHandler) {
+  static volatile std::sig_atomic_t outer = 0;
+  const auto previous = std::signal(SIGTERM, [](int) { outer = 1; });
+  {
+    const runner_detail::StopSignalScope scope;
+    EXPECT_EQ(runner_detail::StopSignalScope::received(), 0);
+    std::raise(SIGTERM);  // would end the test binary without the scope's handler
+    EXPECT_EQ(runner_detail::StopSignalScope::received(), SIGTERM);
+    EXPECT_EQ(outer, 0);
+  }
+  std::raise(SIGTERM);  // the handler from before the scope is back
+  EXPECT_EQ(outer, 1);
+  std::signal(SIGTERM, previous);
 }
 
 TEST(RunnerCheckFamilies, AFamilyThatThrowsIsANamedFailedCheck) {
