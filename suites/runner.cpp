@@ -422,16 +422,20 @@ std::string sticky_cuda_error() {
 }
 
 // The suite's checks under the filter: each family (CPU, GPU) runs on its own, and one that throws
-// is a failed check "checks/<suite>/<cpu|gpu>" carrying the message (kept whatever the filter),
-// not the end of the run. `threw` is set when one did.
+// is a failed check "checks/<suite>/<cpu|gpu>" carrying the message, not the end of the run; a
+// family's own parts report theirs as "checks/<suite>/gpu/<part>" (checks_or_failure in the
+// operators and layers suites). Those failures are kept whatever the filter. `threw` is set when
+// there was one; `ran` gets the families that ran ("cpu", "gpu").
 std::vector<CheckResult> suite_checks(const SuiteSpec& suite, bool gpu, std::uint64_t seed,
-                                      const std::regex& re, bool* threw = nullptr) {
+                                      const std::regex& re, bool* threw = nullptr,
+                                      std::vector<std::string>* ran = nullptr) {
   std::vector<CheckResult> checks, failures;
+  const std::string failure_prefix = "checks/" + suite.name + "/";
   const auto family = [&](const char* kind,
                           const std::function<std::vector<CheckResult>(std::uint64_t)>& fn) {
-    const std::string name = suite.name + "/" + kind;
-    for (CheckResult& c : checks_or_failure(name, [&] { return fn(seed); })) {
-      if (!c.passed && c.name == "checks/" + name) {
+    if (ran) ran->push_back(kind);
+    for (CheckResult& c : checks_or_failure(suite.name + "/" + kind, [&] { return fn(seed); })) {
+      if (!c.passed && c.name.rfind(failure_prefix, 0) == 0) {
         if (threw) *threw = true;
         failures.push_back(std::move(c));
       } else {
@@ -538,7 +542,8 @@ nlohmann::json merge_reports(const nlohmann::json& old, const nlohmann::json& fr
   // Experiments this run attempted (measured or failed) replace the old ones of that name.
   std::set<std::string> attempted, measured;
   for (const auto& e : fresh.at("experiments")) attempted.insert(e.at("name").get<std::string>());
-  const std::string run_prefix = "run/" + fresh.at("suite").get<std::string>() + "/";
+  const std::string suite = fresh.at("suite").get<std::string>();
+  const std::string run_prefix = "run/" + suite + "/";
   for (const auto& c : fresh.at("checks")) {
     const std::string name = c.at("name").get<std::string>();
     if (name.rfind(run_prefix, 0) == 0) {
@@ -559,6 +564,10 @@ nlohmann::json merge_reports(const nlohmann::json& old, const nlohmann::json& fr
   for (const auto& c : old.at("checks")) {
     const std::string name = c.at("name").get<std::string>();
     bool superseded = fresh_checks.count(name) > 0;
+    // An old family failure ("checks/<suite>/<cpu|gpu>[/<part>]") goes when this run ran that family.
+    for (const auto& kind : fresh.at("meta").value("check_families", nlohmann::json::array()))
+      superseded = superseded || name == "checks/" + suite + "/" + kind.get<std::string>() ||
+                   name.rfind("checks/" + suite + "/" + kind.get<std::string>() + "/", 0) == 0;
     if (name.rfind(run_prefix, 0) == 0) {
       const std::string rest = name.substr(run_prefix.size());
       superseded = superseded || attempted.count(rest.substr(0, rest.rfind('/'))) > 0;
@@ -777,7 +786,9 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
         << std::flush;
     bool checks_threw = false;
     const bool gpu_usable = gpu && device_lost.empty();
-    std::vector<CheckResult> checks = suite_checks(*suite, gpu_usable, options.seed, re, &checks_threw);
+    std::vector<std::string> families_ran;
+    std::vector<CheckResult> checks =
+        suite_checks(*suite, gpu_usable, options.seed, re, &checks_threw, &families_ran);
     if (gpu_usable && checks_threw && device_lost.empty()) {
       const std::string sticky = sticky_cuda_error();
       if (!sticky.empty()) device_lost = "after the checks of suite '" + suite->name + "': " + sticky;
@@ -801,6 +812,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
                    {"meta", run_meta(copy_gbps)},       {"experiments", nlohmann::json::array()},
                    {"checks", nlohmann::json::array()}, {"skipped", nlohmann::json::array()}};
     for (const CheckResult& c : checks) report.base["checks"].push_back(check_to_json(c));
+    report.base["meta"]["check_families"] = families_ran;  // what a merge may supersede "checks/" failures of
     if (!accounting.empty()) report.base["accounting"] = accounting;
     for (const SkippedSuite& s : result.skipped)
       report.base["skipped"].push_back({{"suite", s.suite}, {"reason", s.reason}});

@@ -99,7 +99,7 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
   suite.gpu_checks = [quick](std::uint64_t seed) {
     std::vector<CheckResult> all;
     const auto add = [&](const char* name, const std::function<std::vector<CheckResult>()>& family) {
-      auto some = checks_or_failure(std::string("layers/") + name, family);
+      auto some = checks_or_failure(std::string("layers/gpu/") + name, family);
       all.insert(all.end(), some.begin(), some.end());
     };
     add("encoder_memory", [&] { return layer_experiments::encoder_memory_checks(quick, seed); });

@@ -46,8 +46,8 @@ SuiteSpec operators_suite(const SuiteOptions& options) {
         {"qkv_reshape", operators::qkv_reshape_gpu_checks}};
     std::vector<CheckResult> all;
     for (const auto& [name, family] : families) {
-      auto checks =
-          checks_or_failure(std::string("operators/") + name, [&, family = family] { return family(seed); });
+      auto checks = checks_or_failure(std::string("operators/gpu/") + name,
+                                      [&, family = family] { return family(seed); });
       all.insert(all.end(), checks.begin(), checks.end());
     }
     return all;

@@ -606,6 +606,20 @@ TEST(RunnerMerge, RefusesAnotherSuiteDeviceShaOrQuickSetting) {
                                 "records no quick flag"));
 }
 
+TEST(RunnerMerge, AnOldFamilyFailureGoesOnlyWhenThisRunRanThatFamily) {
+  nlohmann::json old = runner_report("");
+  for (const char* name : {"checks/layernorm/gpu", "checks/layernorm/gpu/softmax", "checks/layernorm/cpu"})
+    old["checks"].push_back(check_to_json(CheckResult{name, false, 0, 0, 0, "threw"}));
+  nlohmann::json fresh = runner_report("layernorm_fwd");
+  fresh["checks"] = nlohmann::json::array();
+  fresh["meta"]["check_families"] = nlohmann::json::array({"gpu"});
+  const nlohmann::json merged = runner_detail::merge_reports(old, fresh);
+  std::set<std::string> names;
+  for (const auto& c : merged["checks"]) names.insert(c["name"].get<std::string>());
+  EXPECT_EQ(names, (std::set<std::string>{"layernorm_fwd vs reference", "layernorm_bwd vs reference",
+                                          "checks/layernorm/cpu"}));
+}
+
 TEST(RunnerMerge, AFilteredPartReplacesByNameAndKeepsTheRest) {
   nlohmann::json old = runner_report("");
   nlohmann::json second = old["experiments"][0];
