@@ -81,10 +81,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
-rm -f "$out"/*.log "$out"/*.txt "$out"/*.md "$out"/*.tar "$out"/*.tmp 2>/dev/null
-# Every log lands here; logs.tar in $OUT carries them all back.
-logs=$PWD/build/gpu-logs
-rm -rf "$logs"
+# Every log lands here; logs.tar in $OUT carries them all back. GPU_LOGS names another folder, used
+# as it is (tools/prebuild.sh reads build.log there); the default one starts empty.
+if [ -n "${GPU_LOGS:-}" ]; then
+  logs=$GPU_LOGS
+else
+  logs=$PWD/build/gpu-logs
+  rm -rf "$logs"
+fi
 mkdir -p "$logs"
 quick=()
 suites=()
@@ -101,7 +105,10 @@ summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 # Writes $OUT's file NAME from stdin, atomically (a temp file, then rename).
 put() { cat >"$out/$1.tmp" && mv -f "$out/$1.tmp" "$out/$1"; }
-pack_logs() { tar -cf - -C "$logs" . 2>/dev/null | put logs.tar; }
+pack_logs() {
+  tar -cf - -C "$logs" --exclude='./logs.tar*' --exclude='./reports.tar*' --exclude='./summary.txt*' . \
+    2>/dev/null | put logs.tar
+}
 write_summary() { printf '%s\n' "${summary[@]}" | put summary.txt; }
 # After every stage (and suite): what finished so far is in $OUT, should the call be killed next.
 checkpoint() {
@@ -352,7 +359,8 @@ print(f"report written: {failed} failed check(s), {not_run} experiment(s) not ru
     [ ${#run_incomplete[@]} -gt 0 ] || [ ${#run_not_started[@]} -gt 0 ] && status=incomplete
     step "seqbench run" "$status (${run_ok[*]:-none})$detail"
   else
-    step "seqbench run" "FAILED: ${run_crashed[*]} ${run_failed[*]}; ok: ${run_ok[*]:-none}$detail"
+    bad=("${run_crashed[@]}" "${run_failed[@]}")
+    step "seqbench run" "FAILED: $(printf '%s; ' "${bad[@]}")ok: ${run_ok[*]:-none}$detail"
   fi
 fi
 checkpoint

@@ -32,7 +32,7 @@ sources_before=$(tools/source_hash.sh)
 log=build/prebuild-out
 mkdir -p "$log"
 echo "prebuild: building seqbench in build/gpu (tools/gpu.sh's build stage; this takes a while on few cores)"
-STAGES=build TARGETS=seqbench OUT="$PWD/$log" CALL_BUDGET=${CALL_BUDGET:-7200} tools/gpu.sh >"$log/gpu.log" 2>&1 || true
+STAGES=build TARGETS=seqbench OUT="$PWD/$log" GPU_LOGS="$PWD/$log" CALL_BUDGET=${CALL_BUDGET:-7200} tools/gpu.sh >"$log/gpu.log" 2>&1 || true
 if [ ! -x build/gpu/suites/seqbench ] || ! grep -q '^build  *ok$' "$log/gpu.log"; then
   echo "prebuild: the build failed; see $log/build.log" >&2
   grep -A 12 '^FAILED: ' "$log/build.log" | head -n 40 >&2 || true
