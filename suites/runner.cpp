@@ -740,8 +740,10 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       if (!options.filter.empty()) {
         runner_detail::require_mergeable(old, probe_meta, suite->name, "'" + path.string() + "'");
         existing[suite->name] = std::move(old);
-      } else if (old.at("meta").value("quick", !options.quick) != options.quick) {
-        const auto aside = move_aside(path, old.at("meta").value("quick", false) ? "quick" : "full");
+      } else if (const auto q = old.at("meta").find("quick");
+                 q != old.at("meta").end() && q->is_boolean() && q->get<bool>() != options.quick) {
+        // A report that does not say (older ones) is replaced as before.
+        const auto aside = move_aside(path, q->get<bool>() ? "quick" : "full");
         log << "  " << path.string() << " holds a run of the other --quick setting; moved aside to "
             << aside.string() << "\n";
       }

@@ -308,6 +308,30 @@ TEST_F(CliTest, AnUnreadableReportIsMovedAsideNotMergedOrLost) {
   EXPECT_NO_THROW(read_report(out / "reference.json"));
 }
 
+TEST_F(CliTest, AnUnfilteredRunOfTheOtherQuickSettingMovesTheOldReportAside) {
+  const auto out = dir_ / "out";
+  const std::vector<std::string> base = {
+      "run", "--suite", "reference", "--out", out.string(), "--reports-dir", (dir_ / "none").string()};
+  ASSERT_EQ(cli(base).code, 0);
+  auto quick = base;
+  quick.push_back("--quick");
+  const auto r = cli(quick);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::size_t aside = 0;
+  for (const auto& e : fs::directory_iterator(out))
+    aside += e.path().filename().string().rfind("reference.json.full-", 0) == 0;
+  EXPECT_EQ(aside, 1u) << r.out;
+  EXPECT_EQ(read_report(out / "reference.json")["meta"]["quick"], true);
+  // A report that does not say which it is (older ones) is replaced, not moved aside.
+  auto doc = read_json(out / "reference.json");
+  doc["meta"].erase("quick");
+  write_json_atomic(out / "reference.json", doc);
+  ASSERT_EQ(cli(base).code, 0);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(out)) ++files;
+  EXPECT_EQ(files, 3u);  // reference.json, its one full- copy, TABLES.md
+}
+
 TEST_F(CliTest, BudgetTooSmallToStartIsIncompleteNotFailed) {
   const auto out = dir_ / "out";
   const auto r = cli({"run", "--suite", "reference", "--budget-seconds", "1", "--out", out.string(),
