@@ -755,10 +755,8 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
   if (gpu) {
     timer = std::make_unique<GpuTimer>(policy);
     log << "measuring the device's copy bandwidth ..." << std::flush;
-    // 1 GiB in quick runs too (the quick policy already cuts the samples): every sample starts
-    // after the L2 flush memset, whose ~L2-sized dirty lines are written back inside the timed copy.
-    // Against 2 x 256 MiB that is up to ~50 MB more traffic (up to ~9% low on an H100, every pct_copy_bw
-    // that much high); against 2 x 1 GiB at most ~2.4%.
+    // 1 GiB in quick runs too (the quick policy already cuts the samples), so the copy's rate is
+    // a DRAM rate whatever the L2 (the flush before each sample is a read: suites/l2_flush.h).
     copy_gbps = measure_copy_gbps(*timer);
     log << " " << *copy_gbps << " GB/s\n" << std::flush;
   }
