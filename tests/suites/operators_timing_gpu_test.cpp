@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "suites/experiment.h"
-#include "suites/gpu_timer.h"
-#include "suites/runner_detail.h"
 #include "tests/common/gpu_test.h"
+#include "tests/suites/two_sample_timing.h"
 
 namespace seqbench {
 namespace {
@@ -23,25 +22,11 @@ TEST(OperatorSuiteGpu, EveryQuickExperimentReplaysAGraphOfItsCopies) {
   SEQBENCH_REQUIRE_GPU();
   const std::vector<SuiteSpec> suites = all_suites(SuiteOptions{true});
   const SuiteSpec& operators = find_suite(suites, "operators");
-  std::vector<const ExperimentSpec*> selected;
-  for (const ExperimentSpec& e : operators.experiments) selected.push_back(&e);
-  ASSERT_FALSE(selected.empty());
-  // Two samples a variant: what is checked is how they were taken, not how long they took.
-  TimerPolicy policy = TimerPolicy::quick();
-  policy.min_samples = 2;
-  policy.max_samples = 2;
-  GpuTimer timer(policy);
-  std::vector<CheckResult> failures;
-  std::ostringstream log;
-  const nlohmann::json measured = runner_detail::time_experiments(
-      operators, selected,
-      [&](const Work& work, bool cuda_graph, int calls) { return timer.sample(work, cuda_graph, calls); },
-      std::nullopt, 1, log, failures);
-  for (const CheckResult& f : failures) ADD_FAILURE() << f.name << ": " << f.detail;
-  ASSERT_EQ(measured.size(), selected.size()) << log.str();
+  const nlohmann::json measured = testing::time_every_experiment_twice(operators);
+  ASSERT_EQ(measured.size(), operators.experiments.size());
   int rotated = 0;
-  for (std::size_t i = 0; i < selected.size(); ++i) {
-    const ExperimentSpec& spec = *selected[i];
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    const ExperimentSpec& spec = operators.experiments[i];
     const nlohmann::json& e = measured[i];
     ASSERT_EQ(e.at("name"), spec.name);
     rotated += spec.calls_per_sample > 1;

@@ -13,15 +13,12 @@
 #include <cstdint>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "suites/experiment.h"
-#include "suites/gpu_timer.h"
-#include "suites/runner_detail.h"
 #include "tests/common/gpu_test.h"
+#include "tests/suites/two_sample_timing.h"
 
 namespace seqbench {
 namespace {
@@ -38,27 +35,10 @@ void run_quick_suite(const std::string& name) {
     if (!c.passed)
       std::cout << "[ " << name << " ] check not passed (a target, reported): " << c.name << "\n";
   }
-  std::vector<const ExperimentSpec*> selected;
-  for (const ExperimentSpec& e : suite.experiments) selected.push_back(&e);
-  ASSERT_FALSE(selected.empty());
-  TimerPolicy policy = TimerPolicy::quick();
-  policy.min_samples = 2;
-  policy.max_samples = 2;
-  GpuTimer timer(policy);
-  std::vector<CheckResult> failures;
-  std::ostringstream log;
-  const nlohmann::json measured = runner_detail::time_experiments(
-      suite, selected,
-      [&](const Work& work, bool cuda_graph, int calls) { return timer.sample(work, cuda_graph, calls); },
-      std::nullopt, 1, log, failures);
-  for (const CheckResult& f : failures) ADD_FAILURE() << name << ": " << f.name << ": " << f.detail;
-  ASSERT_EQ(measured.size(), selected.size()) << log.str();
-  for (std::size_t i = 0; i < selected.size(); ++i) {
-    const nlohmann::json& e = measured[i];
-    ASSERT_EQ(e.at("name"), selected[i]->name);
+  const nlohmann::json measured = testing::time_every_experiment_twice(suite);
+  for (const nlohmann::json& e : measured)
     for (const nlohmann::json& v : e.at("variants"))
-      EXPECT_GT(v.at("median_ms").get<double>(), 0.0) << selected[i]->name << "/" << v.at("name");
-  }
+      EXPECT_GT(v.at("median_ms").get<double>(), 0.0) << e.at("name") << "/" << v.at("name");
 }
 
 TEST(QuickSuitesGpu, LayersSuiteRunsEveryExperimentAndCheckFamily) {
