@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
