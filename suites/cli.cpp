@@ -161,9 +161,9 @@ std::vector<nlohmann::json> committed_reports(const std::filesystem::path& dir) 
   return reports;
 }
 
-int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::ostream& out) {
-  const DeviceProbe probe = probe_device(0);
-  if (options.out_dir.empty()) options.out_dir = std::filesystem::path("seqbench-out") / device_slug(probe);
+int cmd_run(const RunOptions& options, const std::filesystem::path& reports_dir, std::ostream& out) {
+  // run_suites probes the device (and picks the default folder) inside its SIGTERM/SIGINT scope: a
+  // signal during the slow first CUDA call then still ends the run with its reports written.
   const RunResult result = run_suites(options, out);
 
   // The tables of every report now in the folder (this run's and earlier suites'), not of this
@@ -171,7 +171,7 @@ int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::o
   std::vector<nlohmann::json> present;
   std::error_code ec;
   std::vector<std::filesystem::path> paths;
-  for (const auto& entry : std::filesystem::directory_iterator(options.out_dir, ec))
+  for (const auto& entry : std::filesystem::directory_iterator(result.out_dir, ec))
     if (entry.is_regular_file() && entry.path().extension() == ".json") paths.push_back(entry.path());
   std::sort(paths.begin(), paths.end());
   for (const auto& p : paths) {
@@ -182,22 +182,22 @@ int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::o
     }
   }
   if (!present.empty()) {
-    const auto tables = options.out_dir / "TABLES.md";
+    const auto tables = result.out_dir / "TABLES.md";
     try {
       write_file_atomic(tables, render_tables(present, TableFormat::markdown));
-      out << "tables of the " << present.size() << " report(s) in " << options.out_dir.string() << ": "
+      out << "tables of the " << present.size() << " report(s) in " << result.out_dir.string() << ": "
           << tables.string() << "\n";
     } catch (const Error& e) {
       out << "tables not written: " << e.message() << "\n";
     }
   }
-  if (!probe.info) {
+  if (!result.gpu) {
     // Without a GPU the measured numbers can only come from committed reports: regenerate them.
     const auto committed = committed_reports(reports_dir);
     if (committed.empty()) {
       out << "no committed GPU reports under " << reports_dir.string() << " to regenerate tables from\n";
     } else {
-      const auto tables = options.out_dir / "committed-tables.md";
+      const auto tables = result.out_dir / "committed-tables.md";
       write_file_atomic(tables, render_tables(committed, TableFormat::markdown));
       out << "tables regenerated from " << committed.size() << " committed report(s) under "
           << reports_dir.string() << ": " << tables.string() << "\n";
@@ -205,7 +205,7 @@ int cmd_run(RunOptions options, const std::filesystem::path& reports_dir, std::o
   }
   for (const SkippedSuite& s : result.skipped) out << "skipped: " << s.suite << " (" << s.reason << ")\n";
   for (const std::string& n : result.not_run) out << "not run: " << n << "\n";
-  out << "reports: " << result.reports.size() << " written to " << options.out_dir.string()
+  out << "reports: " << result.reports.size() << " written to " << result.out_dir.string()
       << "; checks: " << result.checks - result.failed_checks << " passed, " << result.failed_checks
       << " failed\n";
   if (!result.device_lost.empty()) out << "device lost " << result.device_lost << "\n";

@@ -680,10 +680,17 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
   const std::vector<SuiteSpec> all = all_suites(SuiteOptions{options.quick});
   const std::vector<const SuiteSpec*> selected = select_suites(all, options.suites);
   const std::regex re = compile_filter(options.filter);
-  prepare_out_dir(options.out_dir);
+  RunResult result;
+  result.out_dir = options.out_dir;
+  if (!result.out_dir.empty()) prepare_out_dir(result.out_dir);  // before the (slow) probe
 
   const DeviceProbe probe = probe_device(0);
   const bool gpu = probe.info.has_value();
+  result.gpu = gpu;
+  if (result.out_dir.empty()) {
+    result.out_dir = std::filesystem::path("seqbench-out") / device_slug(probe);
+    prepare_out_dir(result.out_dir);
+  }
   log << "seqbench run: " << (gpu ? "device " + probe.info->name : "no GPU (" + probe.reason + ")") << "\n"
       << std::flush;
   if (!gpu && env_expects_gpu()) {
@@ -693,7 +700,6 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
                                                                             << suite->name << "' needs one");
   }
 
-  RunResult result;
   for (const SuiteSpec* suite : selected)
     if (suite->needs_gpu && !gpu) result.skipped.push_back({suite->name, "needs a GPU: " + probe.reason});
 
@@ -726,7 +732,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     const nlohmann::json probe_meta = run_meta(std::nullopt);
     for (const SuiteSpec* suite : selected) {
       if (suite->needs_gpu && !gpu) continue;
-      const std::filesystem::path path = options.out_dir / (suite->name + ".json");
+      const std::filesystem::path path = result.out_dir / (suite->name + ".json");
       if (!std::filesystem::exists(path)) continue;
       nlohmann::json old;
       try {
@@ -807,7 +813,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       continue;
     }
     SuiteReport report;
-    report.path = options.out_dir / (suite->name + ".json");
+    report.path = result.out_dir / (suite->name + ".json");
     report.base = {{"schema", kReportSchema},           {"suite", suite->name},
                    {"meta", run_meta(copy_gbps)},       {"experiments", nlohmann::json::array()},
                    {"checks", nlohmann::json::array()}, {"skipped", nlohmann::json::array()}};

@@ -19,7 +19,7 @@ namespace seqbench {
 struct RunOptions {
   std::vector<std::string> suites;  // empty: all
   std::string filter;               // ECMAScript regex over "suite/experiment/variant" and check names
-  std::filesystem::path out_dir;    // reports land in out_dir/<suite>.json
+  std::filesystem::path out_dir;    // reports land in out_dir/<suite>.json; empty: seqbench-out/<device slug>
   bool quick = false;
   std::uint64_t seed = 20261122;
   int repetitions = 1;
@@ -40,9 +40,11 @@ struct RunResult {
   std::size_t failed_checks = 0;
   std::size_t not_started = 0;  // experiments (or whole suites) the time budget kept from starting
   std::vector<std::string>
-      not_run;              // "<suite>/<experiment>: <reason>", and whole suites as "<suite>: <reason>"
-  std::string device_lost;  // non-empty: a sticky CUDA error ended the device ("after ...: error")
-  std::string stopped_by;   // non-empty: a SIGTERM or SIGINT stopped the run ("stopped by SIGTERM")
+      not_run;                    // "<suite>/<experiment>: <reason>", and whole suites as "<suite>: <reason>"
+  std::string device_lost;        // non-empty: a sticky CUDA error ended the device ("after ...: error")
+  std::string stopped_by;         // non-empty: a SIGTERM or SIGINT stopped the run ("stopped by SIGTERM")
+  std::filesystem::path out_dir;  // where the reports went (RunOptions::out_dir, or the default)
+  bool gpu = false;               // whether the run saw a device
 };
 
 // Throws seqbench::Error (before anything long starts) for an unknown suite, a bad regex, a bad
