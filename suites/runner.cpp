@@ -767,7 +767,8 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     log << " " << *copy_gbps << " GB/s\n" << std::flush;
   }
 
-  std::string device_lost;  // the sticky error that ended the device for this process
+  std::string device_lost;    // the sticky error that ended the device for this process
+  bool stop_skipped = false;  // a signal kept something from running (listed in not_run)
   for (const SuiteSpec* suite : selected) {
     if (suite->needs_gpu && !gpu) {
       log << "skipped suite '" << suite->name << "': needs a GPU (" << probe.reason << ")\n";
@@ -786,6 +787,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       log << "suite '" << suite->name << "': " << why << "\n" << std::flush;
       result.not_run.push_back(suite->name + ": " + why);
       if (g_stop_signal == 0) result.not_started += std::max<std::size_t>(1, experiments.size());
+      stop_skipped = stop_skipped || g_stop_signal != 0;
       continue;
     }
     log << "suite '" << suite->name << "': " << experiments.size() << " experiment(s), checks ...\n"
@@ -851,6 +853,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
           },
           copy_gbps, options.repetitions, log, hooks);
       if (device_lost.empty()) device_lost = outcome.device_lost;
+      stop_skipped = stop_skipped || outcome.stopped;
     }
     report.write(outcome, {});
     failed += outcome.failures.size();
@@ -864,7 +867,8 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
                                n["reason"].get<std::string>());
   }
   result.device_lost = device_lost;
-  if (g_stop_signal != 0) result.stopped_by = stop_reason();
+  // A signal that came after the last experiment stopped nothing: the run is complete.
+  if (stop_skipped) result.stopped_by = stop_reason();
   return result;
 }
 

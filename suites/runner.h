@@ -40,9 +40,10 @@ struct RunResult {
   std::size_t failed_checks = 0;
   std::size_t not_started = 0;  // experiments (or whole suites) the time budget kept from starting
   std::vector<std::string>
-      not_run;                    // "<suite>/<experiment>: <reason>", and whole suites as "<suite>: <reason>"
-  std::string device_lost;        // non-empty: a sticky CUDA error ended the device ("after ...: error")
-  std::string stopped_by;         // non-empty: a SIGTERM or SIGINT stopped the run ("stopped by SIGTERM")
+      not_run;              // "<suite>/<experiment>: <reason>", and whole suites as "<suite>: <reason>"
+  std::string device_lost;  // non-empty: a sticky CUDA error ended the device ("after ...: error")
+  std::string
+      stopped_by;  // non-empty: a SIGTERM or SIGINT kept something from running ("stopped by SIGTERM")
   std::filesystem::path out_dir;  // where the reports went (RunOptions::out_dir, or the default)
   bool gpu = false;               // whether the run saw a device
 };

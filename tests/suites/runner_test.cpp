@@ -4,6 +4,8 @@
 // experiment left out of the report, the others kept, every state freed before the next
 // experiment is prepared, and the report still valid against the schema; an experiment asking for
 // several calls a sample is prepared that many times and its calls rotate over the copies.
+#include "suites/runner.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -523,6 +525,54 @@ TEST(RunnerStopSignals, SigtermWithinTheScopeSetsAFlagAndTheScopeRestoresTheHand
   std::raise(SIGTERM);  // the handler from before the scope is back
   EXPECT_EQ(outer, 1);
   std::signal(SIGTERM, previous);
+}
+
+// A log that raises SIGTERM (once) when the text written to it first contains `trigger`: a signal
+// at a chosen point of run_suites, without a device.
+class SignalingLog : public std::streambuf {
+ public:
+  explicit SignalingLog(std::string trigger) : trigger_(std::move(trigger)) {}
+  std::string text;
+
+ protected:
+  int overflow(int c) override {
+    if (c != traits_type::eof()) text.push_back(static_cast<char>(c));
+    if (!raised_ && text.find(trigger_) != std::string::npos) {
+      raised_ = true;
+      std::raise(SIGTERM);
+    }
+    return c;
+  }
+
+ private:
+  std::string trigger_;
+  bool raised_ = false;
+};
+
+RunResult run_reference_with_sigterm_at(const std::string& trigger, const std::filesystem::path& out) {
+  SignalingLog buffer(trigger);
+  std::ostream log(&buffer);
+  RunOptions options;
+  options.suites = {"reference"};
+  options.out_dir = out;
+  return run_suites(options, log);
+}
+
+TEST(RunnerStopSignals, ASigtermBeforeTheSuiteStopsItAndSaysSo) {
+  const ::seqbench::testing::ScratchDir dir;
+  const RunResult r = run_reference_with_sigterm_at("seqbench run: ", dir.path());
+  EXPECT_EQ(r.stopped_by, "stopped by SIGTERM");
+  ASSERT_EQ(r.not_run.size(), 1u);
+  EXPECT_EQ(r.not_run[0], "reference: not run: stopped by SIGTERM");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "reference.json"));
+}
+
+TEST(RunnerStopSignals, ASigtermAfterTheLastReportStoppedNothing) {
+  const ::seqbench::testing::ScratchDir dir;
+  const RunResult r = run_reference_with_sigterm_at("  wrote ", dir.path());
+  EXPECT_EQ(r.stopped_by, "");  // nothing was left unrun: complete, not "incomplete: stopped"
+  EXPECT_TRUE(r.not_run.empty());
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "reference.json"));
 }
 
 TEST(RunnerCheckFamilies, AFamilyThatThrowsIsANamedFailedCheck) {
