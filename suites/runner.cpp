@@ -790,13 +790,38 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       stop_skipped = stop_skipped || g_stop_signal != 0;
       continue;
     }
+    // After an earlier suite lost the device, this one's GPU work cannot run: its GPU check family
+    // is a failed check and its experiments are listed not run; a report already there (measured
+    // before) stays as it was, as when a signal stops the run.
+    const bool gpu_usable = gpu && device_lost.empty();
+    const bool lost_here = gpu && !gpu_usable && (suite->gpu_checks || !experiments.empty());
+    const std::string lost_why = "not run: device lost " + device_lost;
+    if (lost_here && std::filesystem::exists(result.out_dir / (suite->name + ".json"))) {
+      log << "suite '" << suite->name << "': " << lost_why << "; its report stays as it was\n";
+      if (suite->gpu_checks) {
+        log << "  FAILED checks/" << suite->name << "/gpu: " << lost_why << "\n";
+        ++result.checks;
+        ++result.failed_checks;
+      }
+      for (const ExperimentSpec* e : experiments)
+        result.not_run.push_back(suite->name + "/" + e->name + ": " + lost_why);
+      if (experiments.empty()) result.not_run.push_back(suite->name + ": " + lost_why);
+      log << std::flush;
+      continue;
+    }
     log << "suite '" << suite->name << "': " << experiments.size() << " experiment(s), checks ...\n"
         << std::flush;
     bool checks_threw = false;
-    const bool gpu_usable = gpu && device_lost.empty();
     std::vector<std::string> families_ran;
     std::vector<CheckResult> checks =
         suite_checks(*suite, gpu_usable, options.seed, re, &checks_threw, &families_ran);
+    if (lost_here && suite->gpu_checks) {
+      CheckResult lost;
+      lost.name = "checks/" + suite->name + "/gpu";
+      lost.passed = false;
+      lost.detail = lost_why;
+      checks.push_back(std::move(lost));
+    }
     if (gpu_usable && checks_threw && device_lost.empty()) {
       const std::string sticky = sticky_cuda_error();
       if (!sticky.empty()) device_lost = "after the checks of suite '" + suite->name + "': " + sticky;

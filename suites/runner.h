@@ -58,8 +58,10 @@ struct RunResult {
 // "not_run"). A check family (a suite's CPU or GPU checks) that throws is a failed check
 // "checks/<suite>/<cpu|gpu>" with the message. SIGTERM and SIGINT start nothing new: what finished
 // is written and stopped_by says so. After a failure a sticky CUDA error stops all timing: the rest
-// is listed "not run: device lost after ...". With a filter, the report merges into the one already
-// in out_dir (experiments and checks replaced by name; meta.parts lists the runs); meta records
+// is listed "not run: device lost after ...", and a later suite's GPU check family is a failed check
+// "checks/<suite>/gpu" saying the same (that suite's report, if one is there, stays as it was and
+// the failure and not_run entries are only in the result). With a filter, the report merges into the one
+// already in out_dir (experiments and checks replaced by name; meta.parts lists the runs); meta records
 // quick, filter, repetitions and the timer policy. An experiment that throws while it
 // is prepared or timed is left out of its suite's report and recorded there as a failed check
 // "run/<suite>/<experiment>/<variant>" with the error (counted in failed_checks), so one
