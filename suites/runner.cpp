@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -450,7 +451,10 @@ std::vector<CheckResult> suite_checks(const SuiteSpec& suite, bool gpu, std::uin
   return checks;
 }
 
-volatile std::sig_atomic_t g_stop_signal = 0;
+// A signal may land on any thread (the CUDA runtime's included), so the flag is a lock-free atomic,
+// not a volatile sig_atomic_t (which orders nothing across threads).
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the stop flag is written from a signal handler");
 
 extern "C" void on_stop_signal(int signo) {
   g_stop_signal = signo;
