@@ -63,15 +63,17 @@ void require_positive(Problems& p, const char* field, int value) {
 void require_ratio(Problems& p, const char* field, double value) {
   // NaN fails both comparisons, so it is reported here too.
   // The kernels take the ratio as a float: a double just below 1 that rounds to 1.0f would drop
-  // every element, so the float is what must be below 1.
-  p.require(std::isfinite(value) && value >= 0.0 && static_cast<float>(value) < 1.0f, [&](std::ostream& os) {
-    if (value >= 0.0 && value < 1.0) {
-      os << field << " (" << std::setprecision(17) << value << std::setprecision(6)
-         << ") rounds to 1 as the kernels' float: a ratio of 1 would drop every element";
-    } else {
-      os << field << " (" << value << ") must be in [0, 1): a ratio of 1 would drop every element";
-    }
-  });
+  // every element, so the float is what must be below 1. (The double is compared first: casting one
+  // above FLT_MAX to float is undefined.)
+  p.require(std::isfinite(value) && value >= 0.0 && value < 1.0 && static_cast<float>(value) < 1.0f,
+            [&](std::ostream& os) {
+              if (value >= 0.0 && value < 1.0) {
+                os << field << " (" << std::setprecision(17) << value << std::setprecision(6)
+                   << ") rounds to 1 as the kernels' float: a ratio of 1 would drop every element";
+              } else {
+                os << field << " (" << value << ") must be in [0, 1): a ratio of 1 would drop every element";
+              }
+            });
 }
 
 }  // namespace

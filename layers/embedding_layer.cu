@@ -44,8 +44,9 @@ void EmbeddingLayerConfig::validate() const {
     problem() << "padding_idx (" << padding_idx << ") must be -1 (none) or in [0, vocab_size " << vocab_size
               << ")";
   }
-  // The kernels take the ratio as a float: one that rounds to 1.0f would drop every element.
-  if (!(std::isfinite(dropout) && dropout >= 0.0 && static_cast<float>(dropout) < 1.0f)) {
+  // The kernels take the ratio as a float: one that rounds to 1.0f would drop every element. (The
+  // double is compared first: casting one above FLT_MAX to float is undefined.)
+  if (!(std::isfinite(dropout) && dropout >= 0.0 && dropout < 1.0 && static_cast<float>(dropout) < 1.0f)) {
     if (dropout >= 0.0 && dropout < 1.0) {
       problem() << "dropout (" << std::setprecision(17) << dropout << std::setprecision(6)
                 << ") rounds to 1 as the kernels' float: a ratio of 1 would drop every element";

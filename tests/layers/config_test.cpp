@@ -45,6 +45,12 @@ TEST(LayerConfig, AValidConfigPasses) {
     d.hidden_dropout = below_one;
     expect_error_all([&] { d.validate(); }, {"hidden_dropout (0.99999", "rounds to 1 as the kernels' float"});
   }
+  // Far above FLT_MAX (its float cast would be undefined): refused by the double's range.
+  for (const double huge : {1e300, -1e300}) {
+    LayerConfig d = c;
+    d.hidden_dropout = huge;
+    expect_error_all([&] { d.validate(); }, {"hidden_dropout (", "must be in [0, 1)"});
+  }
   c.hidden_dropout = std::nextafter(1.0 - 0x1p-25, 0.0);  // rounds down to 1 - 2^-24
   EXPECT_NO_THROW(c.validate());
   c.heads = c.hidden;  // head_dim 1

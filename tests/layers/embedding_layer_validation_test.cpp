@@ -46,6 +46,8 @@ TEST(EmbeddingLayerValidation, ConfigRulesAreAllNamed) {
   c = small_embedding();
   c.dropout = 0.99999999;  // below 1, but 1.0f in the kernels: every element would be dropped
   expect_error([&] { c.validate(); }, "dropout (0.99999998999999995) rounds to 1 as the kernels' float");
+  c.dropout = 1e300;  // far above FLT_MAX (its float cast would be undefined): refused by the double's range
+  expect_error([&] { c.validate(); }, "dropout (1e+300) must be in [0, 1)");
   c.dropout = static_cast<double>(std::nextafter(1.0f, 0.0f));
   EXPECT_NO_THROW(c.validate());
   c = small_embedding();
