@@ -71,12 +71,17 @@
 # than skipping (tests/common/gpu_test.h).
 # CALL_BUDGET (seconds, default 560) is what this call may use in all: a lease's call is killed at
 # its limit (600 s) with only what is already under $OUT coming back. Every stage is given the
-# time that is left (timeout), a stage that finds under STAGE_MIN (20 s) left is skipped and says
+# time that is left (timeout), and a stage that has not ended KILL_GRACE (15 s) after its SIGTERM
+# is killed (timeout -k: a hung kernel, or a variant longer than the budget, ignores the runner's
+# SIGTERM flag until it returns), so every stage has ended by CALL_BUDGET + KILL_GRACE (575 s) and
+# the reports and summary are still packed after it; the short steps after that take at most what is
+# left (at least 1 s). A stage that finds under STAGE_MIN (20 s) left is skipped and says
 # so, and seqbench run gets --budget-seconds (what is left less 20 s): it starts no experiment it
 # cannot finish, rewrites its report after every experiment, and on SIGTERM writes what finished.
 # The summary tells, per suite: ok; incomplete (the budget left experiments unstarted, exit 3);
 # FAILED with the report written (its failed checks counted); CRASHED (no report written or
-# updated: an error before or outside the measurements, or a signal); TIMED OUT.
+# updated: an error before or outside the measurements, or a signal); TIMED OUT (or KILLED, when it
+# outlived the grace; the report holds what finished before).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-out}
@@ -117,6 +122,7 @@ checkpoint() {
 }
 call_budget=${CALL_BUDGET:-560}
 stage_min=${STAGE_MIN:-20}
+kill_grace=${KILL_GRACE:-15}
 # Seconds left of the call's budget, at least 1 (timeout 0 would mean no limit at all).
 left() {
   local l=$((call_budget - SECONDS))
@@ -134,13 +140,21 @@ want() {
   why="skipped (call budget spent: $(left) s of $call_budget left)"
   return 1
 }
-# rc 124 is timeout's: the stage ran out of the call's budget.
-timed_out() { [ "$1" -eq 124 ]; }
+# At most N seconds, and no more than what is left of the call's budget (at least 1).
+within() {
+  local l
+  l=$(left)
+  ((l > $1)) && l=$1
+  echo "$l"
+}
+# rc 124 is timeout's: the stage ran out of the call's budget; 137, killed KILL_GRACE after that.
+timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
+killed() { [ "$1" -eq 137 ]; }
 pack_reports() {
   [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 && tar -cf - "$dir" | put reports.tar
 }
 
-timeout 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+timeout -k 5 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   >"$logs/nvidia-smi.txt" 2>&1
 
 # A BUILD_STAMP (tools/stamp.sh) names the commit only for the tree it was written from.
@@ -176,7 +190,7 @@ use_prebuilt() {
   elif [ "$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null)" != "${CUDA_ARCH:-90}" ]; then
     pre_why="built for sm_$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null), this call wants sm_${CUDA_ARCH:-90}"
   # LD_BIND_NOW: a library symbol the image lacks (an older cuBLAS) fails here, not mid-suite.
-  elif ! info=$(LD_BIND_NOW=1 timeout 60 "$prebuilt/run-seqbench" info --json 2>"$logs/prebuilt-probe.log"); then
+  elif ! info=$(LD_BIND_NOW=1 timeout -k 5 60 "$prebuilt/run-seqbench" info --json 2>"$logs/prebuilt-probe.log"); then
     pre_why="does not run here: $(grep -m1 . "$logs/prebuilt-probe.log" || echo "no message")"
   elif ! printf '%s' "$info" |
        python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["device"] else 1)' 2>/dev/null; then
@@ -197,7 +211,7 @@ elif use_prebuilt; then
 elif ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
      -DSEQBENCH_PTXAS_VERBOSE=ON >"$logs/configure.log" 2>&1; then
   step configure FAILED; tail -n 40 "$logs/configure.log"; checkpoint; printf '%s\n' "${summary[@]}"; exit 1
-elif timeout "$(left)" cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 \
+elif timeout -k "$kill_grace" "$(left)" cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 \
      >"$logs/build.log" 2>&1; then
   step build ok
 elif timed_out $?; then
@@ -224,7 +238,7 @@ fi
 checkpoint
 
 if want test; then
-  timeout "$(left)" ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" \
+  timeout -k "$kill_grace" "$(left)" ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" \
     >"$logs/ctest.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
@@ -261,10 +275,10 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
       echo "== $tool $(basename "$test_bin")" >>"$logs/sanitizer.log"
       san_limit=${SANITIZE_TIMEOUT:-120}
       ((san_limit > $(left))) && san_limit=$(left)
-      timeout "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" \
+      timeout -k "$kill_grace" "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" \
         >>"$logs/sanitizer.log" 2>&1
       rc=$?
-      if [ "$rc" -eq 124 ]; then
+      if timed_out "$rc"; then
         san_failed+=("$tool $(basename "$test_bin") timed out")
       elif [ "$rc" -ne 0 ]; then
         san_failed+=("$tool $(basename "$test_bin") rc=$rc")
@@ -280,7 +294,7 @@ else
 fi
 checkpoint
 
-slug=$("$bin" info --json 2>/dev/null | python3 -c 'import json,re,sys
+slug=$(timeout -k 5 "$(within 60)" "$bin" info --json 2>/dev/null | python3 -c 'import json,re,sys
 d=json.load(sys.stdin)["device"]
 print(re.sub(r"[^a-z0-9]+","-",d["name"].lower()).strip("-") if d else "cpu")' 2>/dev/null)
 if [ "$slug" = cpu ]; then
@@ -317,7 +331,7 @@ else
     report="$dir/$name.json"
     # Written or not: the report is replaced (rename: a new inode) whenever the run writes it.
     before=$(stat -c '%i %Y' "$report" 2>/dev/null)
-    timeout "$(left)" "$bin" run "${quick[@]}" --suite "$name" --out "$dir" --budget-seconds "$run_budget" 2>&1 |
+    timeout -k "$kill_grace" "$(left)" "$bin" run "${quick[@]}" --suite "$name" --out "$dir" --budget-seconds "$run_budget" 2>&1 |
       tee -a "$logs/run.log"
     rc=${PIPESTATUS[0]}
     after=$(stat -c '%i %Y' "$report" 2>/dev/null)
@@ -330,7 +344,9 @@ not_run=len(d.get("not_run", []))
 print(f"report written: {failed} failed check(s), {not_run} experiment(s) not run")' "$report" 2>/dev/null ||
         echo "report written but unreadable")
     fi
-    if timed_out "$rc"; then
+    if killed "$rc"; then
+      run_failed+=("$name (KILLED ${kill_grace} s after the call budget's SIGTERM: a hung or long variant; ${written:-no report written})")
+    elif timed_out "$rc"; then
       run_failed+=("$name (TIMED OUT: call budget; ${written:-no report written})")
     elif [ "$rc" -eq 0 ]; then
       run_ok+=("$name")
@@ -379,7 +395,7 @@ elif [ ! -x "$bin" ]; then
   step "seqbench dump" "skipped (not built)"
 else
   rm -rf "$dump_dir"
-  if timeout "$(left)" "$bin" dump --quick "${torch_suites[@]}" --out "$dump_dir" \
+  if timeout -k "$kill_grace" "$(left)" "$bin" dump --quick "${torch_suites[@]}" --out "$dump_dir" \
      >"$logs/dump.log" 2>&1; then
     step "seqbench dump" "ok ($(du -sh "$dump_dir" | cut -f1))"
   else
@@ -404,7 +420,7 @@ else
   # (and writes its reports) before `timeout` has to end it; at least 10 s.
   torch_budget=$(($(left) - 30))
   ((torch_budget < 10)) && torch_budget=10
-  timeout "$(left)" python3 suites/pytorch/run.py --seqbench "$bin" "${quick[@]}" "${torch_suites[@]}" \
+  timeout -k "$kill_grace" "$(left)" python3 suites/pytorch/run.py --seqbench "$bin" "${quick[@]}" "${torch_suites[@]}" \
     "${torch_filter[@]}" "${parity[@]}" --budget-seconds "$torch_budget" --out "$dir" 2>&1 |
     tee "$logs/pytorch.log"
   rc=$?
@@ -418,14 +434,15 @@ else
   else
     step "pytorch baselines" "FAILED$filtered (see pytorch.log in logs.tar)"
   fi
+  pack_reports
 fi
 checkpoint
 if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then
-  timeout 30 "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
+  timeout -k 5 "$(within 30)" "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
   pack_reports
 fi
-timeout 30 "$bin" info >"$logs/info.txt" 2>&1
+timeout -k 5 "$(within 30)" "$bin" info >"$logs/info.txt" 2>&1
 checkpoint
 
 echo
