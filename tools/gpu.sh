@@ -16,7 +16,8 @@
 # $OUT (or ./gpu-out) holds exactly three files, so that all of them come back from a lease (a call
 # returns at most 8 files, and which are dropped beyond that is unspecified): logs.tar (every log:
 # nvidia-smi.txt, configure/build/ctest/sanitizer/run/dump/pytorch logs, ptxas.md, info.txt, under
-# build/gpu-logs/ on the machine), reports.tar (reports/<device>/) and summary.txt (the summary
+# build/gpu-logs/ on the machine, and any report a run moved aside: reports/<device>/<name>.json.
+# {quick,full,unreadable}-<time>), reports.tar (reports/<device>/ without those) and summary.txt (the summary
 # printed last). All three are rewritten (temp file + rename) after every stage and every suite, so
 # a call killed at its limit still returns what finished; a kill mid-write can leave at most a
 # logs.tar.tmp and a reports.tar.tmp beside them (5 files in all, in every stage combination).
@@ -110,9 +111,19 @@ summary=()
 step() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 # Writes $OUT's file NAME from stdin, atomically (a temp file, then rename).
 put() { cat >"$out/$1.tmp" && mv -f "$out/$1.tmp" "$out/$1"; }
+# Reports a run moved aside (<name>.json.quick-*, .full-*, .unreadable-*): logs.tar carries them,
+# reports.tar does not (unpacked into the tree, they would be committed beside the reports).
+aside_pattern=('*.json.quick-*' '*.json.full-*' '*.json.unreadable-*')
+aside_files() {
+  [ -n "${dir:-}" ] && [ -d "$dir" ] &&
+    find "$dir" -maxdepth 1 -type f \( -name "${aside_pattern[0]}" -o -name "${aside_pattern[1]}" \
+      -o -name "${aside_pattern[2]}" \) | LC_ALL=C sort
+}
 pack_logs() {
+  local aside=()
+  mapfile -t aside < <(aside_files 2>/dev/null)
   tar -cf - -C "$logs" --exclude='./logs.tar*' --exclude='./reports.tar*' --exclude='./summary.txt*' . \
-    2>/dev/null | put logs.tar
+    ${aside[0]:+-C "$PWD" "${aside[@]}"} 2>/dev/null | put logs.tar
 }
 write_summary() { printf '%s\n' "${summary[@]}" | put summary.txt; }
 # After every stage (and suite): what finished so far is in $OUT, should the call be killed next.
@@ -151,7 +162,8 @@ within() {
 timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
 killed() { [ "$1" -eq 137 ]; }
 pack_reports() {
-  [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 && tar -cf - "$dir" | put reports.tar
+  [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 &&
+    tar -cf - "${aside_pattern[@]/#/--exclude=}" "$dir" | put reports.tar
 }
 
 timeout -k 5 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
