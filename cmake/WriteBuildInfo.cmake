@@ -7,6 +7,12 @@
 # "git_dirty=true|false", "source_hash=<tools/source_hash.sh>"; tools/gpu.sh moves a stamp whose
 # source_hash is not the tree's aside before it builds). Neither: "unknown", which no report merge
 # accepts.
+#
+# The dirty flag looks at the sources only: changes under reports/ (a device call's reports.tar
+# unpacked into the tree between the parts of one suite) do not make a build dirty.
+# The source hash is tools/source_hash.sh's over the tree being built (the stamp's where the script
+# cannot run; empty when neither answers): report merges compare it, so two dirty builds of one
+# commit with different sources are never mixed.
 find_package(Git QUIET)
 set(sha "unknown")
 set(dirty "false")
@@ -15,12 +21,24 @@ if(GIT_FOUND)
                   OUTPUT_VARIABLE out RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   if(rc EQUAL 0)
     set(sha "${out}")
-    execute_process(COMMAND ${GIT_EXECUTABLE} status --porcelain --untracked-files=no
+    execute_process(COMMAND ${GIT_EXECUTABLE} status --porcelain --untracked-files=no -- . ":(exclude)reports"
                     WORKING_DIRECTORY ${SOURCE_DIR} OUTPUT_VARIABLE status ERROR_QUIET)
     if(NOT status STREQUAL "")
       set(dirty "true")
     endif()
   endif()
+endif()
+set(source_hash "")
+if(EXISTS "${SOURCE_DIR}/tools/source_hash.sh")
+  execute_process(COMMAND bash "${SOURCE_DIR}/tools/source_hash.sh" OUTPUT_VARIABLE out RESULT_VARIABLE rc
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(rc EQUAL 0 AND out MATCHES "^[0-9a-f]+$")
+    set(source_hash "${out}")
+  endif()
+endif()
+if(source_hash STREQUAL "" AND EXISTS "${SOURCE_DIR}/BUILD_STAMP")
+  file(STRINGS "${SOURCE_DIR}/BUILD_STAMP" stamp_hash REGEX "^source_hash=[0-9a-f]+$")
+  string(REPLACE "source_hash=" "" source_hash "${stamp_hash}")
 endif()
 if(sha STREQUAL "unknown" AND EXISTS "${SOURCE_DIR}/BUILD_STAMP")
   file(STRINGS "${SOURCE_DIR}/BUILD_STAMP" stamp_sha REGEX "^git_sha=[0-9a-f]+$")
@@ -42,6 +60,7 @@ namespace seqbench::build_info_values {
 const char* const kVersion = \"${VERSION}\";
 const char* const kGitSha = \"${sha}\";
 const bool kGitDirty = ${dirty};
+const char* const kSourceHash = \"${source_hash}\";
 const char* const kBuildType = \"${BUILD_TYPE}\";
 const char* const kBuildFlags = R\"flags(${BUILD_FLAGS})flags\";
 const char* const kCudaArchitectures = \"${CUDA_ARCHITECTURES}\";

@@ -4,9 +4,9 @@ namespace seqbench {
 
 BuildInfo build_info() {
   using namespace build_info_values;
-  return BuildInfo{
-      kVersion,    kGitSha, kGitDirty, kBuildType, kBuildFlags, kCudaArchitectures, kCudaCompilerVersion,
-      kCxxCompiler};
+  return BuildInfo{kVersion,    kGitSha,     kGitDirty,          kSourceHash,
+                   kBuildType,  kBuildFlags, kCudaArchitectures, kCudaCompilerVersion,
+                   kCxxCompiler};
 }
 
 }  // namespace seqbench

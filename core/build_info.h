@@ -10,6 +10,7 @@ namespace build_info_values {
 extern const char* const kVersion;
 extern const char* const kGitSha;
 extern const bool kGitDirty;
+extern const char* const kSourceHash;
 extern const char* const kBuildType;
 extern const char* const kBuildFlags;
 extern const char* const kCudaArchitectures;
@@ -19,8 +20,9 @@ extern const char* const kCxxCompiler;
 
 struct BuildInfo {
   std::string version;
-  std::string git_sha;  // 40 hex digits, or "unknown" outside a git checkout
-  bool git_dirty = false;
+  std::string git_sha;      // 40 hex digits, or "unknown" outside a git checkout
+  bool git_dirty = false;   // uncommitted changes outside reports/
+  std::string source_hash;  // tools/source_hash.sh of the tree built; empty when unknown
   std::string build_type;
   std::string flags;
   std::string cuda_architectures;

@@ -35,6 +35,9 @@ int cmd_info(bool as_json, std::ostream& out) {
     out << nlohmann::json{{"seqbench_version", build_info().version},
                           {"git_sha", build_info().git_sha},
                           {"git_dirty", build_info().git_dirty},
+                          {"source_hash", build_info().source_hash.empty()
+                                              ? nlohmann::json(nullptr)
+                                              : nlohmann::json(build_info().source_hash)},
                           {"build", build_json()},
                           {"device", device_json(probe, std::nullopt)},
                           {"no_device_reason",

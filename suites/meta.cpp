@@ -109,6 +109,8 @@ nlohmann::json collect_meta(std::uint64_t seed, const DeviceProbe& probe, std::o
   return {{"seqbench_version", build.version},
           {"git_sha", build.git_sha},
           {"git_dirty", build.git_dirty},
+          {"source_hash",
+           build.source_hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(build.source_hash)},
           {"timestamp", utc_timestamp()},
           {"host", host_name()},
           {"seed", seed},

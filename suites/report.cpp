@@ -330,6 +330,8 @@ CopyKnown validate_meta(Validator& v, const json& meta) {
   // How `seqbench run` ran (suites/runner.h): absent in older reports and other runners' (a
   // PyTorch report keeps them per part), so a reader may not assume them.
   v.get(meta, p, "quick", Kind::boolean, kOptional);
+  // tools/source_hash.sh of the build's tree (absent in older reports; null when unknown).
+  v.string(meta, p, "source_hash", true, kOptionalNullable);
   v.string(meta, p, "filter", true, kOptionalNullable);
   v.integer(meta, p, "repetitions", Bound::positive, kOptional);
   v.get(meta, p, "timer_policy", Kind::object, kOptional);

@@ -533,6 +533,23 @@ void require_mergeable(const nlohmann::json& old, const nlohmann::json& meta, co
         "it holds " +
         old_sha + ", this run " + sha);
   if (old_sha != sha) refuse("it holds git sha " + old_sha + ", this run " + sha);
+  // One commit is not one build: the parts of a suite are often measured from an uncommitted tree.
+  // Where both say which sources they were built from, those must agree; where either does not,
+  // neither may be dirty (the sha then names the sources).
+  const auto hash_of = [](const nlohmann::json& m) {
+    const auto it = m.find("source_hash");
+    return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string old_hash = hash_of(old_meta), hash = hash_of(meta);
+  if (!old_hash.empty() && !hash.empty()) {
+    if (old_hash != hash)
+      refuse("it was built from other sources (source hash " + old_hash.substr(0, 12) + ", this run " +
+             hash.substr(0, 12) + ") of git sha " + sha);
+  } else if (old_meta.value("git_dirty", false) || meta.value("git_dirty", false)) {
+    refuse(std::string("a part is dirty (uncommitted source changes) and ") +
+           (old_hash.empty() ? "it" : "this run") +
+           " records no source hash, so the sources cannot be compared");
+  }
   const auto quick = old_meta.find("quick");
   if (quick == old_meta.end() || !quick->is_boolean())
     refuse("it records no quick flag (written before meta.quick existed)");
@@ -601,6 +618,7 @@ nlohmann::json merge_reports(const nlohmann::json& old, const nlohmann::json& fr
     parts.push_back({{"timestamp", m.value("timestamp", "")},
                      {"host", m.value("host", "")},
                      {"git_dirty", m.value("git_dirty", false)},
+                     {"source_hash", m.contains("source_hash") ? m["source_hash"] : nlohmann::json(nullptr)},
                      {"filter", m.contains("filter") ? m["filter"] : nlohmann::json(nullptr)},
                      {"quick", m.contains("quick") ? m["quick"] : nlohmann::json(nullptr)}});
   }
@@ -722,6 +740,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
         nlohmann::json::array({{{"timestamp", meta["timestamp"]},
                                 {"host", meta["host"]},
                                 {"git_dirty", meta["git_dirty"]},
+                                {"source_hash", meta["source_hash"]},
                                 {"filter", meta["filter"]},
                                 {"quick", options.quick},
                                 {"copy_gbps", copy_gbps ? nlohmann::json(*copy_gbps) : nullptr}}});

@@ -92,7 +92,8 @@ class StopSignalScope {
 };
 
 // Throws seqbench::Error unless `old` (a valid report) may take a filtered run's part whose meta
-// is `meta`: same suite, device, git sha (neither "unknown") and quick flag; `what` names the file.
+// is `meta`: same suite, device, git sha (neither "unknown") and quick flag, and the same
+// meta.source_hash where both have one, else neither dirty; `what` names the file.
 void require_mergeable(const nlohmann::json& old, const nlohmann::json& meta, const std::string& suite,
                        const std::string& what);
 

@@ -57,9 +57,11 @@
 #      --quick here): quick experiments have other names and shapes, and `seqbench table` leaves a
 #      quick-against-full "vs torch" cell empty. The parity dump is always of quick shapes (numerics,
 #      not timing), whatever the setting.
-#      The parts merge into one report only when built from one git sha: use one .prebuilt for
-#      all of them, or unpack each part's reports.tar into the tree without committing until the
-#      suite is complete (a commit between builds changes the sha, and the runner refuses to mix)
+#      The parts merge into one report only when built from one git sha and the same sources
+#      (meta.source_hash, tools/source_hash.sh at build time; where a part has none, no part may be
+#      dirty): use one .prebuilt for all of them, or unpack each part's reports.tar into the tree
+#      without committing until the suite is complete (reports/ does not count as dirty; a commit
+#      or a source change between builds does, and the runner and merge.py refuse to mix)
 #   5. STAGES="build sanitize" tools/gpu.sh                      when minutes remain
 # and commit reports/<device>/ from each call's reports.tar before the next.
 #

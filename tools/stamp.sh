@@ -25,7 +25,8 @@ if git check-ignore -q "$stamp"; then
 fi
 sha=$(git rev-parse HEAD)
 dirty=false
-[ -n "$(git status --porcelain --untracked-files=no)" ] && dirty=true
+# Sources only: reports/ unpacked from a device call's reports.tar does not make the tree dirty.
+[ -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)reports')" ] && dirty=true
 hash=$(tools/source_hash.sh)
 if [ "${1:-}" = --check ]; then
   [ -f "$stamp" ] && grep -qx "git_sha=$sha" "$stamp" && grep -qx "git_dirty=$dirty" "$stamp" &&

@@ -656,6 +656,33 @@ TEST(RunnerMerge, RefusesAnotherSuiteDeviceShaOrQuickSetting) {
                                 "records no quick flag"));
 }
 
+TEST(RunnerMerge, OneShaIsNotOneBuildTheSourceHashOrCleanTreesDecide) {
+  const std::string hash_a(64, 'a'), hash_b(64, 'b');
+  nlohmann::json old = runner_report("");
+  nlohmann::json meta = runner_report("x")["meta"];
+  const auto refusal = [&] {
+    return testing::error_message(
+        [&] { runner_detail::require_mergeable(old, meta, "layernorm", "'o.json'"); });
+  };
+  // Both dirty (a report unpacked into an uncommitted tree), one sha, other sources: refused.
+  old["meta"]["git_dirty"] = meta["git_dirty"] = true;
+  old["meta"]["source_hash"] = hash_a;
+  meta["source_hash"] = hash_b;
+  EXPECT_TRUE(testing::contains(
+      refusal(), "built from other sources (source hash aaaaaaaaaaaa, this run bbbbbbbbbbbb)"));
+  meta["source_hash"] = hash_a;  // the same sources: dirty or not, one build
+  EXPECT_NO_THROW(runner_detail::require_mergeable(old, meta, "layernorm", "'o.json'"));
+  // Without a hash on either side, a dirty part is refused; clean ones still merge by sha.
+  meta["source_hash"] = nullptr;
+  EXPECT_TRUE(testing::contains(refusal(), "this run records no source hash"));
+  old["meta"].erase("source_hash");
+  meta["source_hash"] = hash_a;
+  old["meta"]["git_dirty"] = false;
+  EXPECT_TRUE(testing::contains(refusal(), "a part is dirty (uncommitted source changes) and it records no"));
+  meta["git_dirty"] = false;
+  EXPECT_NO_THROW(runner_detail::require_mergeable(old, meta, "layernorm", "'o.json'"));
+}
+
 TEST(RunnerMerge, AnOldFamilyFailureGoesOnlyWhenThisRunRanThatFamily) {
   nlohmann::json old = runner_report("");
   for (const char* name : {"checks/layernorm/gpu", "checks/layernorm/gpu/softmax", "checks/layernorm/cpu"})

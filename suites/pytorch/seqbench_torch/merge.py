@@ -4,8 +4,9 @@ DIR/pytorch-<suite>.json: each run merges into the report it finds there instead
 
 What merges. The existing file must be a valid seqbench.report/1 document (`seqbench table`'s
 validator decides) of the same suite, written by this runner (meta.runner "pytorch"), measured on
-the same device, from the same seqbench git sha (never "unknown", which proves nothing) and with the
-same torch version: numbers of two
+the same device, from the same seqbench git sha (never "unknown", which proves nothing) and the same
+seqbench sources (meta.source_hash where both parts have one; where either has none, neither may be
+git_dirty: one sha of an uncommitted tree is no one build) and with the same torch version: numbers of two
 builds or two torches side by side in one table would compare what was never run together, so any
 difference there is an error naming both values, before anything is measured. A file that cannot
 be read as a report is moved aside (`<name>.unreadable-<UTC time>`, which `seqbench table DIR/*.json`
@@ -41,7 +42,8 @@ def new_part(meta, filter_text, quick):
     """This run's entry of meta.parts."""
     device = meta.get("device") or {}
     return {"id": meta["timestamp"], "timestamp": meta["timestamp"], "host": meta["host"], "seed": meta["seed"],
-            "git_dirty": bool(meta["git_dirty"]), "copy_gbps": device.get("copy_gbps"),
+            "git_dirty": bool(meta["git_dirty"]), "source_hash": meta.get("source_hash"),
+            "copy_gbps": device.get("copy_gbps"),
             "filter": filter_text or None, "quick": bool(quick)}
 
 
@@ -71,6 +73,18 @@ def check_compatible(path, doc, suite, meta):
         raise RunnerError(f"cannot merge into '{path}': seqbench git sha 'unknown' (a build without .git or "
                           "BUILD_STAMP: run tools/stamp.sh before the device call), so the parts cannot be "
                           "shown to be of one build (move the old file away to start a new one)")
+    # One sha is not one build (the parts are often measured from an uncommitted tree): the source
+    # hashes decide where both have one; where either has none, neither part may be dirty.
+    theirs, ours = old.get("source_hash"), meta.get("source_hash")
+    if theirs and ours:
+        if theirs != ours:
+            raise RunnerError(f"cannot merge into '{path}': it was built from other seqbench sources (source hash "
+                              f"{theirs[:12]}, this run {ours[:12]}) of git sha {meta.get('git_sha')}; the parts "
+                              "of one report must agree (move the old file away to start a new one)")
+    elif old.get("git_dirty") or meta.get("git_dirty"):
+        raise RunnerError(f"cannot merge into '{path}': a part is dirty (uncommitted source changes) and "
+                          f"{'it' if not theirs else 'this run'} records no source hash, so the sources cannot be "
+                          "compared (move the old file away to start a new one)")
 
 
 def aside_path(path, stamp):
@@ -116,6 +130,7 @@ def parts_of(doc):
         return meta["parts"]
     return [{"id": meta.get("timestamp"), "timestamp": meta.get("timestamp"), "host": meta.get("host"),
              "seed": meta.get("seed"), "git_dirty": bool(meta.get("git_dirty")),
+             "source_hash": meta.get("source_hash"),
              "copy_gbps": (meta.get("device") or {}).get("copy_gbps"), "filter": None, "quick": None}]
 
 

@@ -29,6 +29,8 @@ def collect_meta(info, seed, frameworks, copy_gbps):
         "seqbench_version": info["seqbench_version"],
         "git_sha": info["git_sha"],
         "git_dirty": bool(info["git_dirty"]),
+        # tools/source_hash.sh of the tree the binary was built from (None from an older binary).
+        "source_hash": info.get("source_hash"),
         "timestamp": utc_timestamp(),
         "host": socket.gethostname() or "unknown",
         "seed": int(seed),

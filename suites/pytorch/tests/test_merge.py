@@ -17,8 +17,10 @@ NAME_A = "layernorm_fwd/bf16/tokens=4096,hidden=1024"
 NAME_B = "softmax_fwd/bf16/bh=8x16,len=512"
 
 
-def part_meta(timestamp, git_sha=INFO["git_sha"], torch="2.11.0", device=None, dirty=False, copy_gbps=3000.0):
-    m = meta.collect_meta(dict(INFO, git_sha=git_sha, git_dirty=dirty), 7, dict(FRAMEWORKS, torch=torch), copy_gbps)
+def part_meta(timestamp, git_sha=INFO["git_sha"], torch="2.11.0", device=None, dirty=False, copy_gbps=3000.0,
+              source_hash=None):
+    m = meta.collect_meta(dict(INFO, git_sha=git_sha, git_dirty=dirty, source_hash=source_hash), 7,
+                          dict(FRAMEWORKS, torch=torch), copy_gbps)
     m["timestamp"] = timestamp
     if device:
         m["device"]["name"] = device
@@ -165,6 +167,21 @@ class LoadExisting(support.ScratchTest):
         self.write_first(part_meta("2026-11-22T10:00:00Z", git_sha="unknown"))
         with self.assertRaisesRegex(RunnerError, "seqbench git sha 'unknown'.*tools/stamp.sh"):
             self.load(part_meta("2026-11-22T10:09:00Z", git_sha="unknown"))
+        self.assertTrue(os.path.isfile(self.file))  # refused, not touched
+
+    def test_one_sha_is_not_one_build_the_source_hash_or_clean_trees_decide(self):
+        a, b = "a" * 64, "b" * 64
+        self.write_first(part_meta("2026-11-22T10:00:00Z", dirty=True, source_hash=a))
+        with self.assertRaisesRegex(RunnerError, "other seqbench sources \\(source hash aaaaaaaaaaaa, this run bbbbbbbbbbbb\\)"):
+            self.load(part_meta("2026-11-22T10:09:00Z", dirty=True, source_hash=b))
+        self.assertIsNotNone(self.load(part_meta("2026-11-22T10:09:00Z", dirty=True, source_hash=a)))
+        with self.assertRaisesRegex(RunnerError, "a part is dirty .* this run records no source hash"):
+            self.load(part_meta("2026-11-22T10:09:00Z", dirty=False))
+        # Neither has a hash: clean parts of one sha merge, a dirty one is refused.
+        self.write_first(part_meta("2026-11-22T10:00:00Z"))
+        self.assertIsNotNone(self.load(part_meta("2026-11-22T10:09:00Z")))
+        with self.assertRaisesRegex(RunnerError, "a part is dirty .* it records no source hash"):
+            self.load(part_meta("2026-11-22T10:09:00Z", dirty=True, source_hash=a))
         self.assertTrue(os.path.isfile(self.file))  # refused, not touched
 
     def test_a_seqbench_report_is_refused(self):
