@@ -15,6 +15,12 @@
 
 #include "core/dtype.h"
 
+// The simt build (tests/simt/simt.h) defines this to report a misaligned vector access, on which
+// the device faults; everywhere else it is nothing.
+#ifndef SEQBENCH_CHECK_VECTOR_ACCESS
+#define SEQBENCH_CHECK_VECTOR_ACCESS(ptr, bytes)
+#endif
+
 namespace seqbench::kernels {
 
 inline constexpr int kVectorBytes = 16;
@@ -24,8 +30,14 @@ struct alignas(sizeof(T) * N) Packed {
   static constexpr int kSize = N;
   T v[N];
 
-  SEQBENCH_HD static Packed load(const T* ptr) { return *reinterpret_cast<const Packed*>(ptr); }
-  SEQBENCH_HD void store(T* ptr) const { *reinterpret_cast<Packed*>(ptr) = *this; }
+  SEQBENCH_HD static Packed load(const T* ptr) {
+    SEQBENCH_CHECK_VECTOR_ACCESS(ptr, sizeof(Packed));
+    return *reinterpret_cast<const Packed*>(ptr);
+  }
+  SEQBENCH_HD void store(T* ptr) const {
+    SEQBENCH_CHECK_VECTOR_ACCESS(ptr, sizeof(Packed));
+    *reinterpret_cast<Packed*>(ptr) = *this;
+  }
 };
 
 // K elements to float: one K-element Packed load when `whole`, else `count` scalar loads (the rest

@@ -54,21 +54,24 @@ void compare_sides(Twin& fused, Twin& base, bool master, const OptimizerConfig& 
   EXPECT_EQ(bitwise_difference("params", download<T>(base.ws.params(), n), download<T>(fused.ws.params(), n)),
             "")
       << where;
-  if (master)
+  if (master) {
     EXPECT_EQ(bitwise_difference("master", download<float>(base.ws.master(), n),
                                  download<float>(fused.ws.master(), n)),
               "")
         << where;
-  if (uses_state0(config))
+  }
+  if (uses_state0(config)) {
     EXPECT_EQ(bitwise_difference("state0", download<float>(base.opt.state0(), n),
                                  download<float>(fused.opt.state0(), n)),
               "")
         << where;
-  if (uses_state1(config))
+  }
+  if (uses_state1(config)) {
     EXPECT_EQ(bitwise_difference("state1", download<float>(base.opt.state1(), n),
                                  download<float>(fused.opt.state1(), n)),
               "")
         << where;
+  }
   EXPECT_EQ(base.opt.read_step(), fused.opt.read_step()) << where;
 }
 

@@ -152,7 +152,9 @@ void check_random_workspace(const GpuCase& c, PrecisionMode mode, std::uint64_t 
     EXPECT_NEAR(control.grad_norm, want_norm, norm_tol);
     EXPECT_EQ(control.clip, clip_coefficient(control.grad_norm, c.max_grad_norm));
     EXPECT_EQ(control.grad_multiplier, control.inv_scale * control.clip);
-    if (c.max_grad_norm == 0.5) EXPECT_LT(control.clip, 1.0f) << "the clipping case must actually clip";
+    if (c.max_grad_norm == 0.5) {
+      EXPECT_LT(control.clip, 1.0f) << "the clipping case must actually clip";
+    }
 
     // Bitwise against the host emulation of the same step.
     HostUpdateBuffers<T> host{params.data(),
@@ -165,9 +167,15 @@ void check_random_workspace(const GpuCase& c, PrecisionMode mode, std::uint64_t 
     emulate_update(host, c.config.kind, mode, control, seed);
     const auto got_params = download<T>(ws.params(), n);
     EXPECT_EQ(bitwise_difference("params", got_params, params), "");
-    if (master_mode) EXPECT_EQ(bitwise_difference("master", download<float>(ws.master(), n), master), "");
-    if (!s0.empty()) EXPECT_EQ(bitwise_difference("state0", download<float>(opt.state0(), n), s0), "");
-    if (!s1.empty()) EXPECT_EQ(bitwise_difference("state1", download<float>(opt.state1(), n), s1), "");
+    if (master_mode) {
+      EXPECT_EQ(bitwise_difference("master", download<float>(ws.master(), n), master), "");
+    }
+    if (!s0.empty()) {
+      EXPECT_EQ(bitwise_difference("state0", download<float>(opt.state0(), n), s0), "");
+    }
+    if (!s1.empty()) {
+      EXPECT_EQ(bitwise_difference("state1", download<float>(opt.state1(), n), s1), "");
+    }
 
     // Within rounding of the fp64 reference, from the same pre-step state.
     const testing::ReferenceStep want =
@@ -182,14 +190,16 @@ void check_random_workspace(const GpuCase& c, PrecisionMode mode, std::uint64_t 
                                          want_master.p, want_master.tol_p),
                 "");
     }
-    if (!s0.empty())
+    if (!s0.empty()) {
       EXPECT_EQ(testing::first_violation("state0 vs fp64", as_double(download<float>(opt.state0(), n)),
                                          want.s0, want.tol_s0),
                 "");
-    if (!s1.empty())
+    }
+    if (!s1.empty()) {
       EXPECT_EQ(testing::first_violation("state1 vs fp64", as_double(download<float>(opt.state1(), n)),
                                          want.s1, want.tol_s1),
                 "");
+    }
     // Padding stays zero (a nonzero there would mean an index error somewhere).
     std::size_t end = 0;
     for (const TensorSlot& slot : layout.tensors()) {
@@ -332,8 +342,9 @@ TEST(FusedOptimizerGpu, StochasticRoundingIsKeyedByStepAndIndex) {
     // A quarter of the elements round down (E[result] = 1 - 2^-10 exactly); 5 standard errors of
     // a Bernoulli(1/4) mean. Round-to-nearest would round none down.
     EXPECT_NEAR(static_cast<double>(down) / n, 0.25, 5 * std::sqrt(0.25 * 0.75 / n));
-    if (s == 1)
+    if (s == 1) {
       EXPECT_NE(bitwise_difference("params", got, previous), "") << "step 2 drew the same bits as step 1";
+    }
     previous = got;
   }
 }
@@ -389,12 +400,15 @@ void check_overflow(const OptimizerConfig& config, PrecisionMode mode, float poi
   EXPECT_EQ(opt.read_control().found_inf, 1);
   EXPECT_EQ(opt.read_step(), step_before);
   EXPECT_EQ(bitwise_difference("params", download<T>(ws.params(), n), params_before), "");
-  if (master_mode)
+  if (master_mode) {
     EXPECT_EQ(bitwise_difference("master", download<float>(ws.master(), n), master_before), "");
-  if (uses_state0(config))
+  }
+  if (uses_state0(config)) {
     EXPECT_EQ(bitwise_difference("state0", download<float>(opt.state0(), n), s0_before), "");
-  if (uses_state1(config))
+  }
+  if (uses_state1(config)) {
     EXPECT_EQ(bitwise_difference("state1", download<float>(opt.state1(), n), s1_before), "");
+  }
   LossScalerState got = scaler.state();
   EXPECT_EQ(got.scale, 512.0f);
   EXPECT_EQ(got.growth_tracker, 0);

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Rewrites CUDA sources into host C++ for the simt build (tests/simt/simt.h).
+
+    rewrite.py ROOT OUT FILE...
+
+Each FILE (relative to ROOT) is written to OUT/FILE, a `.cu` file as OUT/FILE.cpp, with:
+  - `kernel<...><<<grid, block[, smem[, stream]]>>>(args)` ->
+    `::simt::launch("kernel<...>", kernel<...>, grid, block[, smem[, stream]])(args)`;
+  - `extern __shared__ T name[];` -> `T* name = reinterpret_cast<T*>(::simt::detail::g_launch->dynamic_shared);`;
+  - `__CUDACC__` -> `SEQBENCH_SIMT_CUDACC` (defined by tests/simt/prelude.h);
+  - `#pragma unroll` lines emptied (the host compiler does not know the pragma);
+and line counts kept; a header gets a `#line 1 "ROOT/FILE"` first line, so that diagnostics name
+the original. A file is only written when its text changes, so that an unchanged
+source does not rebuild.
+"""
+import os
+import re
+import sys
+
+EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:alignas\s*\(\s*\w+\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+(\w+)\s*\[\s*\]\s*;")
+PRAGMA_UNROLL = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b.*$", re.MULTILINE)
+
+
+class RewriteError(Exception):
+    pass
+
+
+def kernel_expression_start(text, end):
+    """Start of the kernel expression that ends just before `end` (where `<<<` begins)."""
+    i = end - 1
+    while i >= 0 and text[i].isspace():
+        i -= 1
+    if i >= 0 and text[i] == ">":  # template arguments: match the angle brackets backwards
+        angle, paren = 0, 0
+        while i >= 0:
+            c = text[i]
+            if c == ")":
+                paren += 1
+            elif c == "(":
+                paren -= 1
+            elif paren == 0 and c == ">":
+                angle += 1
+            elif paren == 0 and c == "<":
+                angle -= 1
+                if angle == 0:
+                    break
+            i -= 1
+        if i < 0:
+            raise RewriteError("unbalanced template arguments before <<<")
+        i -= 1
+        while i >= 0 and text[i].isspace():
+            i -= 1
+    j = i
+    while j >= 0 and (text[j].isalnum() or text[j] in "_:"):
+        j -= 1
+    if j == i:
+        raise RewriteError("no kernel name before <<<")
+    return j + 1
+
+
+def rewrite_launches(text, path):
+    out = []
+    pos = 0
+    while True:
+        open_at = text.find("<<<", pos)
+        if open_at < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        line_start = text.rfind("\n", 0, open_at) + 1
+        if "//" in text[line_start:open_at]:  # in a comment: leave the line as it is
+            line_end = text.find("\n", open_at)
+            line_end = len(text) if line_end < 0 else line_end
+            out.append(text[pos:line_end])
+            pos = line_end
+            continue
+        close_at = text.find(">>>", open_at)
+        if close_at < 0:
+            raise RewriteError(f"{path}: <<< without >>>")
+        paren = close_at + 3
+        while paren < len(text) and text[paren].isspace():
+            paren += 1
+        if paren >= len(text) or text[paren] != "(":
+            raise RewriteError(f"{path}: >>> not followed by the argument list")
+        start = kernel_expression_start(text, open_at)
+        if start < pos:
+            raise RewriteError(f"{path}: overlapping launches")
+        kernel = text[start:open_at].strip()
+        config = text[open_at + 3:close_at].strip()
+        span = text[start:paren + 1]
+        name = " ".join(kernel.split()).replace("\\", "\\\\").replace('"', '\\"')
+        flat_kernel = " ".join(kernel.split())
+        flat_config = " ".join(config.split())
+        out.append(text[pos:start])
+        out.append(f'::simt::launch("{name}", {flat_kernel}, {flat_config})(' + "\n" * span.count("\n"))
+        pos = paren + 1
+
+
+def rewrite(text, path):
+    text = rewrite_launches(text, path)
+    text = EXTERN_SHARED.sub(
+        lambda m: f"{m.group(1)}* {m.group(2)} = reinterpret_cast<{m.group(1)}*>"
+        "(::simt::detail::g_launch->dynamic_shared);", text)
+    if "extern __shared__" in text:
+        raise RewriteError(f"{path}: an extern __shared__ declaration this script does not understand")
+    text = text.replace("__CUDACC__", "SEQBENCH_SIMT_CUDACC")
+    text = PRAGMA_UNROLL.sub("", text)
+    return text
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root, out_dir, files = argv[1], argv[2], argv[3:]
+    try:
+        for rel in files:
+            src = os.path.join(root, rel)
+            with open(src, encoding="utf-8") as f:
+                text = f.read()
+            # Headers name their original in diagnostics; a .cu keeps its copy's name (the same
+            # lines), since GCC takes a main file renamed by #line for a header (-Wsubobject-linkage).
+            result = rewrite(text, rel)
+            if not rel.endswith(".cu"):
+                result = f'#line 1 "{os.path.abspath(src)}"\n' + result
+            dst = os.path.join(out_dir, rel + (".cpp" if rel.endswith(".cu") else ""))
+            try:
+                with open(dst, encoding="utf-8") as f:
+                    if f.read() == result:
+                        continue
+            except OSError:
+                pass
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            tmp = dst + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(result)
+            os.replace(tmp, dst)
+    except RewriteError as e:
+        print(f"rewrite.py: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

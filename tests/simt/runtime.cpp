@@ -1,0 +1,401 @@
+// The CUDA runtime subset the kernels, their launchers and their tests call, on host memory, for
+// the simt build (tests/simt/simt.h). Linked instead of libcudart.
+//
+// It describes one sm_90 device with H100 limits (132 SMs, 48 KiB of dynamic shared memory per
+// block unless raised, 227 KiB when raised, 50 MiB of L2). Allocations are host memory filled with
+// 0xff bytes (NaN in every float format), so a kernel output that is read before it is written
+// shows up as NaN rather than as a lucky zero. Every copy and memset checks that its device side
+// lies inside one live allocation, as the device would fault otherwise. Launches run to completion
+// when issued, so streams, events and synchronization only keep their error semantics.
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <string>
+
+#include "tests/simt/runtime_state.h"
+#include "tests/simt/simt.h"
+
+namespace simt::detail {
+namespace {
+
+struct RuntimeState {
+  cudaError_t last = cudaSuccess;
+  cudaError_t sticky = cudaSuccess;
+  std::map<std::uintptr_t, std::size_t> allocations;  // base -> bytes
+};
+
+RuntimeState& state() {
+  static RuntimeState s;
+  return s;
+}
+
+cudaError_t fail(cudaError_t error, const std::string& message) {
+  runtime_record_error(error, false, message);
+  return error;
+}
+
+// Whether [ptr, ptr + bytes) lies inside one live allocation.
+bool inside_allocation(const void* ptr, std::size_t bytes) {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  const auto& allocations = state().allocations;
+  auto it = allocations.upper_bound(p);
+  if (it == allocations.begin()) return false;
+  --it;
+  return p >= it->first && p - it->first <= it->second && bytes <= it->second - (p - it->first);
+}
+
+bool is_device(const void* ptr) {
+  return inside_allocation(ptr, 0);
+}
+
+cudaError_t check_device_range(const char* api, const char* which, const void* ptr, std::size_t bytes) {
+  if (bytes == 0 || inside_allocation(ptr, bytes)) return cudaSuccess;
+  return fail(cudaErrorInvalidValue, std::string("simt: ") + api + ": " + which + " [" +
+                                         std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) + ", +" +
+                                         std::to_string(bytes) + ") is not inside one device allocation");
+}
+
+cudaError_t entry() {
+  return state().sticky;
+}
+
+}  // namespace
+
+void runtime_record_error(cudaError_t error, bool sticky, const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  RuntimeState& s = state();
+  if (sticky && s.sticky == cudaSuccess) s.sticky = error;
+  if (s.last == cudaSuccess) s.last = error;
+}
+
+cudaError_t runtime_sticky_error() {
+  return state().sticky;
+}
+
+void runtime_clear_errors() {
+  state().last = cudaSuccess;
+  state().sticky = cudaSuccess;
+}
+
+cudaError_t runtime_check_device_range(const char* api, const char* which, const void* ptr,
+                                       std::size_t bytes) {
+  return check_device_range(api, which, ptr, bytes);
+}
+
+}  // namespace simt::detail
+
+using simt::detail::check_device_range;
+using simt::detail::entry;
+using simt::detail::fail;
+using simt::detail::state;
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return entry();
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0)
+    return fail(cudaErrorInvalidDevice, "simt: cudaSetDevice(" + std::to_string(device) + "): one device");
+  return entry();
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice, "simt: cudaGetDeviceProperties: one device");
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "simt CPU emulation (sm_90 limits)");
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 132;
+  prop->totalGlobalMem = std::size_t{80} << 30;
+  prop->sharedMemPerBlock = 48 * 1024;
+  prop->sharedMemPerBlockOptin = 227 * 1024;
+  prop->sharedMemPerMultiprocessor = 228 * 1024;
+  prop->regsPerBlock = 65536;
+  prop->regsPerMultiprocessor = 65536;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = 1024;
+  prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647;
+  prop->maxGridSize[1] = 65535;
+  prop->maxGridSize[2] = 65535;
+  prop->maxThreadsPerMultiProcessor = 2048;
+  prop->maxBlocksPerMultiProcessor = 32;
+  prop->l2CacheSize = 50 * 1024 * 1024;
+  prop->memoryBusWidth = 5120;
+  prop->unifiedAddressing = 1;
+  return entry();
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice, "simt: cudaDeviceGetAttribute: one device");
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount:
+      *value = 132;
+      break;
+    case cudaDevAttrClockRate:
+      *value = 1980000;  // kHz
+      break;
+    case cudaDevAttrMemoryClockRate:
+      *value = 2619000;  // kHz
+      break;
+    case cudaDevAttrL2CacheSize:
+      *value = 50 * 1024 * 1024;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = 227 * 1024;
+      break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor:
+      *value = 2048;
+      break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      break;
+    case cudaDevAttrGlobalMemoryBusWidth:
+      *value = 5120;
+      break;
+    default:
+      return fail(cudaErrorInvalidValue, "simt: cudaDeviceGetAttribute: attribute " +
+                                             std::to_string(static_cast<int>(attr)) + " not emulated");
+  }
+  return entry();
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  auto& s = state();
+  const cudaError_t e = s.last != cudaSuccess ? s.last : s.sticky;
+  s.last = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError() {
+  const auto& s = state();
+  return s.last != cudaSuccess ? s.last : s.sticky;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    default:
+      return "cudaError (other)";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument (simt)";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure (simt: see the message on stderr)";
+    case cudaErrorNotSupported:
+      return "operation not supported (not emulated by simt)";
+    default:
+      return cudaGetErrorName(error);
+  }
+}
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  if (entry() != cudaSuccess) return entry();
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, bytes) != 0)
+    return fail(cudaErrorMemoryAllocation, "simt: cudaMalloc of " + std::to_string(bytes) + " bytes failed");
+  std::memset(p, 0xff, bytes);
+  state().allocations[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return entry();
+  auto& allocations = state().allocations;
+  const auto it = allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == allocations.end())
+    return fail(cudaErrorInvalidDevicePointer, "simt: cudaFree of a pointer cudaMalloc did not return");
+  allocations.erase(it);
+  std::free(ptr);
+  return entry();
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (entry() != cudaSuccess) return entry();
+  if (kind == cudaMemcpyDefault) {
+    const bool d = simt::detail::is_device(dst), s = simt::detail::is_device(src);
+    kind = d && s ? cudaMemcpyDeviceToDevice
+           : d    ? cudaMemcpyHostToDevice
+           : s    ? cudaMemcpyDeviceToHost
+                  : cudaMemcpyHostToHost;
+  }
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (dst_device) {
+    if (const cudaError_t e = check_device_range("cudaMemcpy", "destination", dst, bytes)) return e;
+  }
+  if (src_device) {
+    if (const cudaError_t e = check_device_range("cudaMemcpy", "source", src, bytes)) return e;
+  }
+  if (bytes != 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+  if (entry() != cudaSuccess) return entry();
+  if (const cudaError_t e = check_device_range("cudaMemset", "destination", ptr, bytes)) return e;
+  if (bytes != 0) std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t) {
+  return cudaMemset(ptr, value, bytes);
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  return entry();
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  return entry();
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  return entry();
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  return cudaStreamCreate(stream);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return entry();
+}
+
+// Events hold the host time of their record: launches run when issued, so an elapsed time is the
+// emulation's time, meaningless as a GPU timing but well defined.
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = reinterpret_cast<cudaEvent_t>(new std::chrono::steady_clock::time_point());
+  return entry();
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  return cudaEventCreate(event);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<std::chrono::steady_clock::time_point*>(event);
+  return entry();
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  *reinterpret_cast<std::chrono::steady_clock::time_point*>(event) = std::chrono::steady_clock::now();
+  return entry();
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  return entry();
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto a = *reinterpret_cast<std::chrono::steady_clock::time_point*>(start);
+  const auto b = *reinterpret_cast<std::chrono::steady_clock::time_point*>(end);
+  *ms = std::chrono::duration<float, std::milli>(b - a).count();
+  return entry();
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value < 0 || value > 227 * 1024)
+      return fail(cudaErrorInvalidValue, "simt: cudaFuncSetAttribute: " + std::to_string(value) +
+                                             " bytes of dynamic shared memory above the device's 232448");
+    simt::detail::set_max_dynamic_shared(func, value);
+  }
+  return entry();
+}
+
+// An occupancy of 2048 resident threads per SM (at most 32 blocks), as on sm_90 when registers and
+// shared memory do not limit it: launchers size their grids from it, and the emulation does not
+// model registers.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int block_size,
+                                                          std::size_t) {
+  if (block_size <= 0 || block_size > 1024)
+    return fail(cudaErrorInvalidValue, "simt: occupancy query for a block of " + std::to_string(block_size));
+  *blocks = std::min(32, 2048 / block_size);
+  return entry();
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* func,
+                                                                   int block_size, std::size_t smem,
+                                                                   unsigned int) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, func, block_size, smem);
+}
+
+// The cuBLAS version the headers name (core/device_info.cpp reports it); no cuBLAS routine is
+// emulated, so nothing here may call one.
+cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
+  switch (type) {
+    case MAJOR_VERSION:
+      *value = CUBLAS_VER_MAJOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case MINOR_VERSION:
+      *value = CUBLAS_VER_MINOR;
+      return CUBLAS_STATUS_SUCCESS;
+    case PATCH_LEVEL:
+      *value = CUBLAS_VER_PATCH;
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+}  // extern "C"
