@@ -184,7 +184,9 @@ ExperimentSpec softmax_experiment(bool backward, std::int64_t batch, std::int64_
 //   which changes y_j by a factor within exp(±2u_T·Z); e_j and y_j are rounded to T:
 //   tol = (1 + u_T)³·exp(2u_T·Z)·(1 + (6Z + d + 10)·u) - 1.
 // Unfused backward: t = dy·y, dx = y·(dy - dot) and scale·dx are each rounded to T:
-//   tol = (1 + u_T)³(1 + (d + 4)·u) - 1.
+//   tol = (1 + u_T)³(1 + (d + 4)·u) - 1, and s_j grows by the underflow of the first two, which
+//   the scale multiplies: |scale|·η_T·(1 + |y_j|·#{k: |t_k| < min normal}) / tol (η_T = u_T·min
+//   normal). Without it, f16 rows with scale 2.5 failed by up to 1.17x (found by the simt build).
 
 double min_normal(DType dtype) {
   return dtype == DType::f16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
@@ -331,15 +333,25 @@ void run_case(const Case<T>& c, bool unfused, const SoftmaxConfig* config, Scale
   guard = 0;
   const std::vector<double> dxg = dx.download(guard);
   std::vector<double> dx_ref(dxr.data(), dxr.data() + n), dx_s(n);
+  const double tol_b = std::pow(1.0 + ut, unfused ? 3 : 1) * (1.0 + (d + 4.0) * kU32) - 1.0;
+  // The unfused intermediates t_k = dy_k·y_k and p_j = y_j·(dy_j - dot) are rounded to T before the
+  // scale, so their underflow errors (at most eta = u_T·min normal each, absolute) reach dx times
+  // |scale|: |scale|·eta·(1 + |y_j|·(number of subnormal t_k)). The floor covers only the final
+  // rounding's eta; folded into s as eta_terms/tol_b, so that tol_b·s adds them.
+  const double eta = ut * floor;
   for (std::size_t r = 0; r < rows; ++r) {
-    double dot_abs = 0.0;
-    for (std::size_t j = 0; j < k; ++j) dot_abs += std::abs(ytd[r * k + j] * c.dyd[r * k + j]);
+    double dot_abs = 0.0, subnormal_t = 0.0;
+    for (std::size_t j = 0; j < k; ++j) {
+      const double t = std::abs(ytd[r * k + j] * c.dyd[r * k + j]);
+      dot_abs += t;
+      subnormal_t += t < floor ? 1.0 : 0.0;
+    }
     for (std::size_t j = 0; j < k; ++j) {
       const std::size_t i = r * k + j;
       dx_s[i] = std::max(std::abs(c.scale) * std::abs(ytd[i]) * (std::abs(c.dyd[i]) + dot_abs), floor);
+      if (unfused) dx_s[i] += std::abs(c.scale) * eta * (1.0 + std::abs(ytd[i]) * subnormal_t) / tol_b;
     }
   }
-  const double tol_b = std::pow(1.0 + ut, unfused ? 3 : 1) * (1.0 + (d + 4.0) * kU32) - 1.0;
   bwd.add(dxg, dx_ref, dx_s, tol_b, label + "dx " + c.where);
   bwd.guard(guard, label + c.where);
   ++bwd.cases;
@@ -357,7 +369,9 @@ std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
       "y: s=max(y, min normal of T), tol=(1+u_T)(1+(6Z+d+10)u)-1; d=ceil(k/32)+10, Z=max|scale x|, u=2^-24";
   bwd.rule = "dx: s=max(|scale| y (|dy|+sum|y dy|), min normal), tol=(1+u_T)(1+(d+4)u)-1";
   ufwd.rule = "as forward with (1+u_T)^3 exp(2 u_T Z) (z, e stored in T)";
-  ubwd.rule = "as backward with (1+u_T)^3 (dy*y, y(dy-dot) stored in T)";
+  ubwd.rule =
+      "as backward with (1+u_T)^3 (dy*y, y(dy-dot) stored in T), plus their underflow times |scale|: "
+      "|scale| eta_T (1 + |y_j| #subnormal dy*y)";
   cand.rule = "every configuration the tuner may pick, forward and backward, with the fused rules";
 
   std::mt19937_64 rng(seed ^ (0x534Dull + static_cast<std::uint64_t>(DTypeTraits<T>::dtype)));
