@@ -18,6 +18,17 @@
 #include <ucontext.h>
 #endif
 
+// Under AddressSanitizer (SEQBENCH_SIMT_ASAN) every stack switch is announced, so that ASan knows
+// which stack is live, and a fiber's stack is unpoisoned before it is reused: a faulted fiber is
+// abandoned mid-frame with its locals' redzones still poisoned.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define SIMT_ASAN 1
+#else
+#define SIMT_ASAN 0
+#endif
+
 namespace simt::detail {
 
 ThreadState* g_thread = nullptr;
@@ -68,6 +79,7 @@ struct Fiber {
   ucontext_t context{};
 #endif
   char* stack = nullptr;
+  void* asan_fake_stack = nullptr;
 };
 
 constexpr std::size_t kStackBytes = 256 * 1024;
@@ -88,6 +100,8 @@ struct Executor {
 #endif
   std::map<const void*, int> max_dynamic_shared;
   bool running = false;
+  const void* scheduler_stack_bottom = nullptr;  // reported by ASan at the first switch
+  std::size_t scheduler_stack_size = 0;
 };
 
 Executor& executor() {
@@ -113,22 +127,41 @@ char* stack_for(Executor& e, unsigned index) {
   return e.stacks[index];
 }
 
-// Leaves the running fiber for the scheduler; returns when the scheduler resumes it.
-void yield_to_scheduler() {
+// The fiber side of an ASan announcement: after arriving on a fiber's stack.
+void arrived_on_fiber(Executor& e, Fiber& f) {
+#if SIMT_ASAN
+  __sanitizer_finish_switch_fiber(f.asan_fake_stack, &e.scheduler_stack_bottom, &e.scheduler_stack_size);
+#else
+  (void)e;
+  (void)f;
+#endif
+}
+
+// Leaves the running fiber for the scheduler; returns when the scheduler resumes it. A fiber that
+// `exits` is never resumed.
+void yield_to_scheduler(bool exits = false) {
   Executor& e = executor();
   Fiber* f = e.current;
+#if SIMT_ASAN
+  __sanitizer_start_switch_fiber(exits ? nullptr : &f->asan_fake_stack, e.scheduler_stack_bottom,
+                                 e.scheduler_stack_size);
+#else
+  (void)exits;
+#endif
 #if defined(__x86_64__)
   simt_switch_stack(&f->sp, e.scheduler_sp);
 #else
   swapcontext(&f->context, &e.scheduler);
 #endif
+  arrived_on_fiber(e, *f);
 }
 
 [[noreturn]] void fiber_main() {
   Executor& e = executor();
+  arrived_on_fiber(e, *e.current);
   (*e.body)();
   e.current->wait = Wait::exited;
-  yield_to_scheduler();
+  yield_to_scheduler(true);
   std::abort();  // an exited fiber is never resumed
 }
 
@@ -143,6 +176,10 @@ void fiber_entry_ucontext() {
 #endif
 
 void start_fiber(Executor& e, Fiber& f) {
+#if SIMT_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(f.stack, kStackBytes);
+  f.asan_fake_stack = nullptr;
+#endif
 #if defined(__x86_64__)
   // The first switch pops six zero registers and returns into simt_fiber_entry with the stack
   // aligned as after a call (rsp + 8 a multiple of 16); its own return address is a 0 it never uses.
@@ -165,10 +202,17 @@ void start_fiber(Executor& e, Fiber& f) {
 void resume(Executor& e, Fiber& f) {
   e.current = &f;
   g_thread = &f.state;
+#if SIMT_ASAN
+  void* scheduler_fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(&scheduler_fake_stack, f.stack, kStackBytes);
+#endif
 #if defined(__x86_64__)
   simt_switch_stack(&e.scheduler_sp, f.sp);
 #else
   swapcontext(&e.scheduler, &f.context);
+#endif
+#if SIMT_ASAN
+  __sanitizer_finish_switch_fiber(scheduler_fake_stack, nullptr, nullptr);
 #endif
   e.current = nullptr;
   g_thread = nullptr;
@@ -354,7 +398,7 @@ unsigned warp_ballot(unsigned mask, int predicate) {
   e.fault_message = "thread " + std::to_string(e.current->state.linear) +
                     format3("", e.current->state.thread_idx) + ": " + what;
   e.current->wait = Wait::exited;
-  yield_to_scheduler();
+  yield_to_scheduler(true);
   std::abort();
 }
 
