@@ -16,10 +16,11 @@
 //             the add rounded to T: u|e| + η with e = s·t + pos; dropout_apply_u8 multiplies by ks
 //             in float (2v: the scale and the product) and rounds once more: u|y| + η; masked_fill is
 //             exact; the v terms of the float ops are bounded by 4v|y| + v·ks·(...) above)
-//   tables  : u|want| + (m + 2)·(u·A + η) + 5v·A per element of a row used by m tokens, A =
-//             |out_scale|·Σ|g_i| over them (g = dy·keep·ks rounded to T once by dropout's backward
-//             and s·g once more by the scale: 2 roundings of at most u·A + η in all; each of the m
-//             T atomics of index_add_ rounds its partial sum: m·(u·A + η); 5v for the float ops);
+//   tables  : u|want| + (m + 2)·u·A + m·(2 + |s|)·η + 5v·A per element of a row used by m
+//             tokens, A = |out_scale|·Σ|g_i| over them (per token, g = dy·keep·ks is rounded to T
+//             by dropout's backward, and its underflow η is then multiplied by s, and s·g is rounded
+//             once more: u·A + m·|s|·η and u·A + m·η in all; each of the m T atomics of index_add_
+//             rounds its partial sum: m·(u·A + η); 5v for the float ops);
 //             a row no token uses, the padding row included, must be exactly 0.
 // The managed layer's bounds are EmbeddingLayer's own (tests/layers/embedding_layer_test.cu); here
 // it is checked only against the baseline's exact zeros (padding rows, dropped elements, unused
@@ -140,7 +141,8 @@ struct Tallies {
                     "non-retaining backward but the sinusoid buffer") {}
   static constexpr const char* kRule =
       "the unfused bounds of suites/operators/embedding.cu (y: (u_T + 4u)|y| + ks((u_T + u)(|s t| + |e| + "
-      "|pos|) + 3 eta_T) + eta_T; rows: u_T|want| + (m + 2)(u_T A + eta_T) + 5u A); dropped elements, "
+      "|pos|) + 3 eta_T) + eta_T; rows: u_T|want| + (m + 2) u_T A + m (2 + |scale|) eta_T + 5u A); dropped "
+      "elements, "
       "padding rows and unused gradient rows exact";
 };
 
@@ -283,7 +285,8 @@ void check_case(const Case& k, Tallies& t) {
       for (std::int64_t col = 0; col < h; ++col) {
         const auto idx = static_cast<std::size_t>(r * h + col);
         const double wv = want_t(r, col), A = abs_sum[idx], have = m > 0 ? 1.0 : 0.0;
-        const double bound = have * (u * std::fabs(wv) + (m + 2) * (u * A + eta) + 5 * v * A);
+        const double bound =
+            have * (u * std::fabs(wv) + (m + 2) * u * A + m * (2 + std::fabs(out_scale)) * eta + 5 * v * A);
         t.bwd.add(as_double(got[idx]), wv, bound, where, idx);
         t.retained.add(as_double(again[idx]), wv, bound, where, idx);
         if (m == 0) t.managed_zeros.add(as_double(managed_got[idx]), 0.0, 0.0, where + " unused row", idx);
