@@ -137,82 +137,46 @@ auto max(A a, B b) {
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 
-// Atomics: fibers never interleave inside an expression, so a plain read-modify-write is atomic.
+// Atomics (the overloads the kernels use): fibers never interleave inside an expression, so a
+// plain read-modify-write is atomic. The 16-bit ones add in float and round once, as the
+// hardware's red.add.f16/bf16 do; the paired ones need their natural alignment, as on the device.
 template <class T>
-T simt_atomic_add(T* address, T value) {
+requires std::is_arithmetic_v<T> T atomicAdd(T* address, T value) {
   const T old = *address;
   *address = old + value;
   return old;
 }
-inline int atomicAdd(int* a, int v) {
-  return simt_atomic_add(a, v);
+namespace simt::prelude_detail {
+template <class H>
+H add_rounded_once(H a, H b) {
+  return H(static_cast<float>(a) + static_cast<float>(b));
 }
-inline unsigned atomicAdd(unsigned* a, unsigned v) {
-  return simt_atomic_add(a, v);
-}
-inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) {
-  return simt_atomic_add(a, v);
-}
-inline float atomicAdd(float* a, float v) {
-  return simt_atomic_add(a, v);
-}
-inline double atomicAdd(double* a, double v) {
-  return simt_atomic_add(a, v);
-}
-// The 16-bit atomics add in float and round once, as the hardware's red.add.f16/bf16 do.
-inline __half atomicAdd(__half* a, __half v) {
-  const __half old = *a;
-  *a = __float2half_rn(__half2float(old) + __half2float(v));
+template <class H>
+H atomic_add_16(H* address, H value) {
+  const H old = *address;
+  *address = add_rounded_once(old, value);
   return old;
+}
+template <class H2>
+H2 atomic_add_pair(H2* address, H2 value) {
+  ::simt::check_vector_access(address, sizeof(H2));
+  const H2 old = *address;
+  address->x = add_rounded_once(old.x, value.x);
+  address->y = add_rounded_once(old.y, value.y);
+  return old;
+}
+}  // namespace simt::prelude_detail
+inline __half atomicAdd(__half* a, __half v) {
+  return simt::prelude_detail::atomic_add_16(a, v);
 }
 inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, __nv_bfloat16 v) {
-  const __nv_bfloat16 old = *a;
-  *a = __float2bfloat16_rn(__bfloat162float(old) + __bfloat162float(v));
-  return old;
+  return simt::prelude_detail::atomic_add_16(a, v);
 }
 inline __half2 atomicAdd(__half2* a, __half2 v) {
-  simt::check_vector_access(a, sizeof(__half2));
-  const __half2 old = *a;
-  a->x = __float2half_rn(__half2float(old.x) + __half2float(v.x));
-  a->y = __float2half_rn(__half2float(old.y) + __half2float(v.y));
-  return old;
+  return simt::prelude_detail::atomic_add_pair(a, v);
 }
 inline __nv_bfloat162 atomicAdd(__nv_bfloat162* a, __nv_bfloat162 v) {
-  simt::check_vector_access(a, sizeof(__nv_bfloat162));
-  const __nv_bfloat162 old = *a;
-  a->x = __float2bfloat16_rn(__bfloat162float(old.x) + __bfloat162float(v.x));
-  a->y = __float2bfloat16_rn(__bfloat162float(old.y) + __bfloat162float(v.y));
-  return old;
-}
-inline int atomicMax(int* a, int v) {
-  const int old = *a;
-  if (v > old) *a = v;
-  return old;
-}
-inline unsigned atomicMax(unsigned* a, unsigned v) {
-  const unsigned old = *a;
-  if (v > old) *a = v;
-  return old;
-}
-inline int atomicOr(int* a, int v) {
-  const int old = *a;
-  *a = old | v;
-  return old;
-}
-inline unsigned atomicOr(unsigned* a, unsigned v) {
-  const unsigned old = *a;
-  *a = old | v;
-  return old;
-}
-inline int atomicExch(int* a, int v) {
-  const int old = *a;
-  *a = v;
-  return old;
-}
-inline unsigned atomicExch(unsigned* a, unsigned v) {
-  const unsigned old = *a;
-  *a = v;
-  return old;
+  return simt::prelude_detail::atomic_add_pair(a, v);
 }
 
 // Loads through the read-only and streaming paths are plain loads.
