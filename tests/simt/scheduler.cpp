@@ -241,6 +241,12 @@ const char* wait_name(Wait w) {
   return "?";
 }
 
+std::string hex(unsigned mask) {
+  std::ostringstream s;
+  s << "0x" << std::hex << mask;
+  return s.str();
+}
+
 // Releases the warp collectives whose lanes have all arrived; returns whether any was released,
 // or sets `problem` when a mask cannot be satisfied.
 bool release_warps(std::vector<Fiber>& fibers, std::string& problem) {
@@ -255,14 +261,9 @@ bool release_warps(std::vector<Fiber>& fibers, std::string& problem) {
       for (unsigned other = 0; other < kWarpSize; ++other) {
         if (!(f.mask >> other & 1u)) continue;
         if (other >= lanes) {
-          problem = "thread " + std::to_string(first + lane) + " waits at a warp collective with mask 0x" +
-                    [&] {
-                      std::ostringstream s;
-                      s << std::hex << f.mask;
-                      return s.str();
-                    }() +
-                    " naming lane " + std::to_string(other) + ", which its warp does not have (" +
-                    std::to_string(lanes) + " threads)";
+          problem = "thread " + std::to_string(first + lane) + " waits at a warp collective with mask " +
+                    hex(f.mask) + " naming lane " + std::to_string(other) +
+                    ", which its warp does not have (" + std::to_string(lanes) + " threads)";
           return false;
         }
         const Fiber& o = fibers[first + other];
@@ -273,11 +274,9 @@ bool release_warps(std::vector<Fiber>& fibers, std::string& problem) {
           return false;
         }
         if (o.wait == Wait::warp && o.mask != f.mask) {
-          std::ostringstream s;
-          s << "lanes " << lane << " and " << other << " of warp " << first / kWarpSize
-            << " wait at warp collectives with different masks (0x" << std::hex << f.mask << ", 0x" << o.mask
-            << ")";
-          problem = s.str();
+          problem = "lanes " + std::to_string(lane) + " and " + std::to_string(other) + " of warp " +
+                    std::to_string(first / kWarpSize) + " wait at warp collectives with different masks (" +
+                    hex(f.mask) + ", " + hex(o.mask) + ")";
           return false;
         }
         if (o.wait != Wait::warp) ready = false;
