@@ -309,7 +309,8 @@ void expect_order_is_enforced(CrossAttentionKV& kv, const Layers& layers, const 
   expect_error([&] { kv.backward(d_enc_out, enc, stream); },
                "CrossAttentionKV::backward: 1 of " + std::to_string(NL) +
                    " layers have not written their d_kv_heads since the last forward() (layers 0)");
-  backward_from(0);
+  // Layer 0 alone: layers 1.. consumed their forward in backward_from(1).
+  layers[0]->backward_kv(din_of(0), kv, 0, dout_of(0), in_of(0), stream);
   kv.backward(d_enc_out, enc, stream);
   kv.backward(d_enc_out, enc, stream);  // the gradient heads are intact: the same gradients again
   expect_error([&] { kv.kv_heads(0); },
@@ -395,6 +396,12 @@ void run_case(const Case& cs, std::uint64_t seed) {
   for (int i = 0; i < NL; ++i) {
     rps.push_back(decoder_ref_params(params[static_cast<std::size_t>(i)], shapes, offsets, Hi));
     masks.push_back(ref::decoder_layer_dropout_masks(B, L, S, H, F, rc, layer_seed(i)));
+    if (cs.activation == Activation::relu) {  // no pre-activation near 0 (layer_check::center_relu_bias)
+      ASSERT_EQ(shapes[17].name, "fc1_bias");
+      const ref::Matrix ffn_in =
+          ref::decoder_layer_forward(xs.back(), em, B, rps.back(), rc, tgt, src, masks.back()).x2;
+      center_relu_bias(params[static_cast<std::size_t>(i)], offsets[17], rps.back().ffn, ffn_in, rc);
+    }
     xs.push_back(ref::decoder_layer_forward(xs.back(), em, B, rps.back(), rc, tgt, src, masks.back()).y);
   }
   std::vector<ref::DecoderLayerGrads> rgs(static_cast<std::size_t>(NL));
