@@ -1,4 +1,4 @@
-// The suite registry is not part of the simt build: its suites time kernels and call cuBLASLt,
+// The suite registry is not part of the simt build: its suites time kernels (CUDA graphs, events),
 // which the simt runtime does not emulate. suites/dump.cpp (linked for the check families'
 // dump_array) names it in `seqbench dump`'s code path, which no simt test reaches; these
 // definitions satisfy the linker and refuse, by name, if anything ever calls them.
