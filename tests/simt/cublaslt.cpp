@@ -432,11 +432,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   const std::int64_t k = static_cast<std::int64_t>(md.trans_a == CUBLAS_OP_N ? a.cols : a.rows);
   const std::uint32_t e = md.epilogue;
   const bool bgradb = e == CUBLASLT_EPILOGUE_BGRADB;
+  const bool bias_grad = bgradb || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;  // the bias pointer is an output
+  const bool bias_add = has_bias(e) && !bias_grad;
+  const std::int64_t bias_length = bgradb ? n : m;
   const std::size_t s = type_size(d.type);
   if (has_bias(e)) {
-    const std::int64_t length = bgradb ? n : m;
-    if (runtime_check_device_range("cublasLtMatmul", "bias", md.bias, static_cast<std::size_t>(length) * s) !=
-        cudaSuccess)
+    if (runtime_check_device_range("cublasLtMatmul", "bias", md.bias,
+                                   static_cast<std::size_t>(bias_length) * s) != cudaSuccess)
       return refuse(CUBLAS_STATUS_EXECUTION_FAILED, "bias is outside device memory");
     if (alignment(md.bias) < promised(5))
       return refuse(CUBLAS_STATUS_INVALID_VALUE, "bias is less aligned than at heuristic time");
@@ -464,7 +466,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   const auto* C = static_cast<const unsigned char*>(c_ptr);
   auto* D = static_cast<unsigned char*>(d_ptr);
   std::vector<float> op_a(static_cast<std::size_t>(m * k)), op_b(static_cast<std::size_t>(n * k));
-  std::vector<float> bias_sum(has_bias(e) ? static_cast<std::size_t>(bgradb ? n : m) : 0, 0.0f);
+  std::vector<float> bias_sum(bias_grad ? static_cast<std::size_t>(bias_length) : 0, 0.0f);
   for (std::int32_t bt = 0; bt < d.batch_count; ++bt) {
     const void* ab = A + static_cast<std::size_t>(bt * a.stride) * s;
     const void* bb = B + static_cast<std::size_t>(bt * b.stride) * s;
@@ -487,9 +489,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
         for (std::int64_t q = 0; q < k; ++q) acc += ra[q] * rb[q];
         float x = alpha * acc;
         if (beta != 0.0f) x += beta * load(cb, c.type, i + j * c.ld);
-        if (e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS ||
-            e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-          x += load(md.bias, d.type, i);
+        if (bias_add) x += load(md.bias, d.type, i);
         if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
           store(const_cast<void*>(md.aux), d.type, i + j * md.aux_ld, x);
         if (e == CUBLASLT_EPILOGUE_RELU_BIAS) x = std::max(x, 0.0f);
@@ -507,7 +507,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
           bias_sum[static_cast<std::size_t>(j)] += op_b[static_cast<std::size_t>(j * k + q)];
     }
   }
-  if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD || bgradb) {
+  if (bias_grad) {
     for (std::size_t i = 0; i < bias_sum.size(); ++i)
       store(const_cast<void*>(md.bias), d.type, static_cast<std::int64_t>(i), bias_sum[i]);
   }
