@@ -84,6 +84,10 @@ struct SuiteSpec {
 
 struct SuiteOptions {
   bool quick = false;  // smaller shapes, for smoke runs
+  // The operator suite's smallest shapes and two calls a sample (the other suites ignore it): for
+  // running its timing path where kernels are slow, under tests/simt's CPU emulation. Not a
+  // measurement, and not offered by the command line.
+  bool tiny = false;
 };
 
 // `run()` (one family of a suite's checks), or, when it throws, one failed check "checks/<family>"

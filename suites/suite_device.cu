@@ -23,7 +23,7 @@ __global__ void fill_uniform_kernel(T* out, std::size_t n, std::uint64_t seed) {
 
 template <class T>
 void fill_uniform(DeviceBuffer<T>& buffer, std::uint64_t seed) {
-  fill_uniform_kernel<<<1024, 256>>>(buffer.data(), buffer.size(), seed);
+  fill_uniform_kernel<T><<<1024, 256>>>(buffer.data(), buffer.size(), seed);
   SEQBENCH_CUDA_CHECK_LAUNCH();
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }

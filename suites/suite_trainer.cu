@@ -180,10 +180,11 @@ void fill_tensors(const WorkspaceLayout& layout, void* base, std::uint64_t seed,
     if (slot.count == 0) continue;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(1024, (slot.count + 255) / 256));
     if (kDType == DType::f16)
-      fill_kernel<<<blocks, 256>>>(static_cast<__half*>(base), slot.offset, slot.count, seed, gradient);
+      fill_kernel<__half>
+          <<<blocks, 256>>>(static_cast<__half*>(base), slot.offset, slot.count, seed, gradient);
     else
-      fill_kernel<<<blocks, 256>>>(static_cast<__nv_bfloat16*>(base), slot.offset, slot.count, seed,
-                                   gradient);
+      fill_kernel<__nv_bfloat16>
+          <<<blocks, 256>>>(static_cast<__nv_bfloat16*>(base), slot.offset, slot.count, seed, gradient);
     SEQBENCH_CUDA_CHECK_LAUNCH();
   }
 }

@@ -397,13 +397,11 @@ std::vector<CheckResult> checks_for(std::uint64_t seed) {
 }  // namespace
 
 void add_bias_act_dropout_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  const std::vector<std::int64_t> rows =
-      options.quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{4096, 16384};
-  const std::vector<std::int64_t> cols =
-      options.quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 4096};
+  const std::vector<std::int64_t> rows = shapes<std::int64_t>(options, {64}, {4096}, {4096, 16384});
+  const std::vector<std::int64_t> cols = shapes<std::int64_t>(options, {1024}, {1024}, {1024, 4096});
   const std::vector<Activation> acts =
-      options.quick ? std::vector<Activation>{Activation::gelu_erf}
-                    : std::vector<Activation>{std::begin(kActivations), std::end(kActivations)};
+      shapes<Activation>(options, {Activation::gelu_erf}, {Activation::gelu_erf},
+                         {std::begin(kActivations), std::end(kActivations)});
   for (const bool backward : {false, true}) {
     for (const Activation act : acts) {
       for (const std::int64_t r : rows) {

@@ -289,10 +289,8 @@ std::vector<CheckResult> checks_for(std::uint64_t seed) {
 }  // namespace
 
 void add_bias_dropout_residual_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  const std::vector<std::int64_t> rows =
-      options.quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{4096, 16384};
-  const std::vector<std::int64_t> cols =
-      options.quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 4096};
+  const std::vector<std::int64_t> rows = shapes<std::int64_t>(options, {64}, {4096}, {4096, 16384});
+  const std::vector<std::int64_t> cols = shapes<std::int64_t>(options, {1024}, {1024}, {1024, 4096});
   for (const bool backward : {false, true}) {
     for (const std::int64_t r : rows) {
       for (const std::int64_t c : cols) {

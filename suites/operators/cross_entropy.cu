@@ -842,11 +842,10 @@ std::vector<CheckResult> checks_for(std::uint64_t seed) {
 }  // namespace
 
 void add_cross_entropy_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  const std::vector<std::int64_t> rows =
-      options.quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{4096, 8192};
+  const std::vector<std::int64_t> rows = shapes<std::int64_t>(options, {8}, {1024}, {4096, 8192});
   const std::vector<std::int64_t> vocabs = {32000, 50257};
   const std::vector<DType> dtypes =
-      options.quick ? std::vector<DType>{DType::bf16} : std::vector<DType>{DType::bf16, DType::f32};
+      shapes<DType>(options, {DType::bf16}, {DType::bf16}, {DType::bf16, DType::f32});
   for (const bool backward : {false, true}) {
     for (const DType dtype : dtypes) {
       for (const std::int64_t n : rows) {

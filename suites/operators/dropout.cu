@@ -389,10 +389,8 @@ CheckResult determinism_check(std::uint64_t seed) {
 
 void add_dropout_experiments(SuiteSpec& suite, const SuiteOptions& options) {
   // Fig. 17's range, 0.1M .. 100M elements, plus 2^24 (the issue's "16M and above" target).
-  const std::vector<std::size_t> sizes =
-      options.quick
-          ? std::vector<std::size_t>{1'000'000}
-          : std::vector<std::size_t>{100'000, 1'000'000, 10'000'000, std::size_t{1} << 24, 100'000'000};
+  const std::vector<std::size_t> sizes = shapes<std::size_t>(
+      options, {100'000}, {1'000'000}, {100'000, 1'000'000, 10'000'000, std::size_t{1} << 24, 100'000'000});
   for (const bool backward : {false, true}) {
     for (const std::size_t n : sizes) {
       suite.experiments.push_back(dropout_experiment<float>(n, backward));

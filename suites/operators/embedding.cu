@@ -144,6 +144,10 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
                                     bool learned, bool backward, bool zipf = false) {
   const std::string dtype = DTypeTraits<T>::name;
   constexpr std::int64_t kLen = 512;
+  // The name states the tokens: a count that is not whole sentences would time fewer (or none).
+  SEQBENCH_REQUIRE(
+      tokens >= kLen && tokens % kLen == 0,
+      "embedding experiment: tokens " << tokens << " is not a positive multiple of the length " << kLen);
   EmbeddingShape shape{tokens / kLen, kLen, hidden, vocab, learned ? kLen : 0};
   EmbeddingConfig config;
   config.scale = std::sqrt(static_cast<float>(hidden));
@@ -660,10 +664,8 @@ std::vector<CheckResult> checks_for(std::uint64_t seed) {
 }  // namespace
 
 void add_embedding_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  const std::vector<std::int64_t> tokens =
-      options.quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{4096, 16384};
-  const std::vector<std::int64_t> hidden =
-      options.quick ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{512, 1024};
+  const std::vector<std::int64_t> tokens = shapes<std::int64_t>(options, {512}, {4096}, {4096, 16384});
+  const std::vector<std::int64_t> hidden = shapes<std::int64_t>(options, {512}, {512}, {512, 1024});
   for (const bool backward : {false, true}) {
     for (const std::int64_t n : tokens) {
       for (const std::int64_t h : hidden) {

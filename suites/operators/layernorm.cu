@@ -449,14 +449,12 @@ std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
 
 void add_layernorm_experiments(SuiteSpec& suite, const SuiteOptions& options) {
   // LightSeq2 Fig. 16: batch tokens x hidden size, forward and backward, bf16 and fp32.
-  const std::vector<std::int64_t> tokens = options.quick
-                                               ? std::vector<std::int64_t>{4096, 16384}
-                                               : std::vector<std::int64_t>{1024, 4096, 16384, 65536};
-  const std::vector<int> hiddens =
-      options.quick ? std::vector<int>{1024} : std::vector<int>{256, 768, 1024, 4096};
+  const std::vector<std::int64_t> tokens =
+      shapes<std::int64_t>(options, {67}, {4096, 16384}, {1024, 4096, 16384, 65536});
+  const std::vector<int> hiddens = shapes<int>(options, {1024}, {1024}, {256, 768, 1024, 4096});
   for (const bool backward : {false, true}) {
     for (const DType dtype :
-         options.quick ? std::vector<DType>{DType::bf16} : std::vector<DType>{DType::bf16, DType::f32}) {
+         shapes<DType>(options, {DType::bf16}, {DType::bf16}, {DType::bf16, DType::f32})) {
       for (const int hidden : hiddens) {
         for (const std::int64_t t : tokens) {
           suite.experiments.push_back(dispatch_dtype(

@@ -3,12 +3,20 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/check_result.h"
 #include "suites/experiment.h"
 
 namespace seqbench::operators {
+
+// The shapes of one axis for the options' tier: tiny (SuiteOptions::tiny), quick, or full.
+template <class T>
+std::vector<T> shapes(const SuiteOptions& options, std::vector<T> tiny, std::vector<T> quick,
+                      std::vector<T> full) {
+  return options.tiny ? std::move(tiny) : options.quick ? std::move(quick) : std::move(full);
+}
 
 void add_layernorm_experiments(SuiteSpec& suite, const SuiteOptions& options);
 void add_softmax_experiments(SuiteSpec& suite, const SuiteOptions& options);

@@ -121,6 +121,10 @@ struct BenchState {
 template <class T>
 ExperimentSpec qkv_reshape_experiment(Pass pass, std::int64_t tokens, std::int64_t len, std::int64_t hidden,
                                       std::int64_t heads) {
+  // The name states the tokens: a count that is not whole sequences would time fewer (or none).
+  SEQBENCH_REQUIRE(
+      len >= 1 && tokens >= len && tokens % len == 0,
+      "qkv_reshape experiment: tokens " << tokens << " is not a positive multiple of the length " << len);
   HeadsShape s;
   s.batch = tokens / len;
   s.len = len;
@@ -504,12 +508,9 @@ void add_qkv_reshape_experiments(SuiteSpec& suite, const SuiteOptions& options) 
   struct Model {
     std::int64_t hidden, heads;  // Transformer-base, Transformer-big
   };
-  const std::vector<std::int64_t> tokens =
-      options.quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{4096, 16384};
-  const std::vector<std::int64_t> lens =
-      options.quick ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{64, 256};
-  const std::vector<Model> models =
-      options.quick ? std::vector<Model>{{512, 8}} : std::vector<Model>{{512, 8}, {1024, 16}};
+  const std::vector<std::int64_t> tokens = shapes<std::int64_t>(options, {128}, {4096}, {4096, 16384});
+  const std::vector<std::int64_t> lens = shapes<std::int64_t>(options, {64}, {64}, {64, 256});
+  const std::vector<Model> models = shapes<Model>(options, {{512, 8}}, {{512, 8}}, {{512, 8}, {1024, 16}});
   for (const Pass pass : {Pass::split_fwd, Pass::split_bwd, Pass::merge}) {
     for (const std::int64_t t : tokens) {
       for (const std::int64_t len : lens) {

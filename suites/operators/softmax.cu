@@ -406,13 +406,11 @@ std::vector<CheckResult> checks_for_dtype(std::uint64_t seed) {
 
 void add_softmax_experiments(SuiteSpec& suite, const SuiteOptions& options) {
   // LightSeq2 Fig. 17 (softmax): batch·heads x sequence length, forward and backward.
-  const std::vector<std::int64_t> batches =
-      options.quick ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{16, 64};
+  const std::vector<std::int64_t> batches = shapes<std::int64_t>(options, {1}, {16}, {16, 64});
   const std::vector<std::int64_t> lens =
-      options.quick ? std::vector<std::int64_t>{128, 2048}
-                    : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048, 4096, 16384};
+      shapes<std::int64_t>(options, {128}, {128, 2048}, {64, 128, 256, 512, 1024, 2048, 4096, 16384});
   const std::vector<DType> dtypes =
-      options.quick ? std::vector<DType>{DType::bf16} : std::vector<DType>{DType::bf16, DType::f32};
+      shapes<DType>(options, {DType::bf16}, {DType::bf16}, {DType::bf16, DType::f32});
   for (const bool backward : {false, true}) {
     for (const DType dtype : dtypes) {
       for (const std::int64_t batch : batches) {
