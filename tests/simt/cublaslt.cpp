@@ -411,7 +411,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               cublasLtMatrixLayout_t b_layout, const void* beta_ptr, const void* c_ptr,
                               cublasLtMatrixLayout_t c_layout, void* d_ptr, cublasLtMatrixLayout_t d_layout,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
   if (runtime_sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   const MatmulDesc& md = *desc_of(desc);
   const Layout &a = *layout_of(a_layout), &b = *layout_of(b_layout), &c = *layout_of(c_layout),
@@ -455,62 +455,69 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "workspace of " + std::to_string(workspace_bytes) +
                                                    " bytes is below the algorithm's " +
                                                    std::to_string(needed));
-  if (needed > 0) {
-    if (runtime_check_device_range("cublasLtMatmul", "workspace", workspace, needed) != cudaSuccess)
-      return refuse(CUBLAS_STATUS_EXECUTION_FAILED, "workspace is outside device memory");
-    std::memset(workspace, 0xa5, needed);
-  }
+  if (needed > 0 &&
+      runtime_check_device_range("cublasLtMatmul", "workspace", workspace, needed) != cudaSuccess)
+    return refuse(CUBLAS_STATUS_EXECUTION_FAILED, "workspace is outside device memory");
 
-  const auto* A = static_cast<const unsigned char*>(a_ptr);
-  const auto* B = static_cast<const unsigned char*>(b_ptr);
-  const auto* C = static_cast<const unsigned char*>(c_ptr);
-  auto* D = static_cast<unsigned char*>(d_ptr);
-  std::vector<float> op_a(static_cast<std::size_t>(m * k)), op_b(static_cast<std::size_t>(n * k));
-  std::vector<float> bias_sum(bias_grad ? static_cast<std::size_t>(bias_length) : 0, 0.0f);
-  for (std::int32_t bt = 0; bt < d.batch_count; ++bt) {
-    const void* ab = A + static_cast<std::size_t>(bt * a.stride) * s;
-    const void* bb = B + static_cast<std::size_t>(bt * b.stride) * s;
-    const void* cb = beta != 0.0f ? C + static_cast<std::size_t>(bt * c.stride) * s : nullptr;
-    void* db = D + static_cast<std::size_t>(bt * d.stride) * s;
-    // op(A) row i and op(B) column j, each contiguous over q.
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t q = 0; q < k; ++q)
-        op_a[static_cast<std::size_t>(i * k + q)] =
-            load(ab, a.type, md.trans_a == CUBLAS_OP_N ? i + q * a.ld : q + i * a.ld);
-    for (std::int64_t j = 0; j < n; ++j)
-      for (std::int64_t q = 0; q < k; ++q)
-        op_b[static_cast<std::size_t>(j * k + q)] =
-            load(bb, b.type, md.trans_b == CUBLAS_OP_N ? q + j * b.ld : j + q * b.ld);
-    for (std::int64_t j = 0; j < n; ++j) {
-      for (std::int64_t i = 0; i < m; ++i) {
-        const float* ra = &op_a[static_cast<std::size_t>(i * k)];
-        const float* rb = &op_b[static_cast<std::size_t>(j * k)];
-        float acc = 0.0f;
-        for (std::int64_t q = 0; q < k; ++q) acc += ra[q] * rb[q];
-        float x = alpha * acc;
-        if (beta != 0.0f) x += beta * load(cb, c.type, i + j * c.ld);
-        if (bias_add) x += load(md.bias, d.type, i);
-        if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-          store(const_cast<void*>(md.aux), d.type, i + j * md.aux_ld, x);
-        if (e == CUBLASLT_EPILOGUE_RELU_BIAS) x = std::max(x, 0.0f);
-        if (e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) x = gelu_tanh(x);
-        if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-          x *= gelu_tanh_derivative(load(md.aux, d.type, i + j * md.aux_ld));
-          bias_sum[static_cast<std::size_t>(i)] += x;
-        }
-        store(db, d.type, i + j * d.ld, x);
-      }
-    }
-    if (bgradb) {
+  // Checked now; computed now or, on a capturing stream, at each replay of the graph
+  // (tests/simt/streams.cpp). The closure holds copies of the descriptor, the layouts and the
+  // scalars, as a captured cuBLASLt kernel holds its parameters.
+  auto compute = [=] {
+    if (needed > 0) std::memset(workspace, 0xa5, needed);
+    const auto* A = static_cast<const unsigned char*>(a_ptr);
+    const auto* B = static_cast<const unsigned char*>(b_ptr);
+    const auto* C = static_cast<const unsigned char*>(c_ptr);
+    auto* D = static_cast<unsigned char*>(d_ptr);
+    std::vector<float> op_a(static_cast<std::size_t>(m * k)), op_b(static_cast<std::size_t>(n * k));
+    std::vector<float> bias_sum(bias_grad ? static_cast<std::size_t>(bias_length) : 0, 0.0f);
+    for (std::int32_t bt = 0; bt < d.batch_count; ++bt) {
+      const void* ab = A + static_cast<std::size_t>(bt * a.stride) * s;
+      const void* bb = B + static_cast<std::size_t>(bt * b.stride) * s;
+      const void* cb = beta != 0.0f ? C + static_cast<std::size_t>(bt * c.stride) * s : nullptr;
+      void* db = D + static_cast<std::size_t>(bt * d.stride) * s;
+      // op(A) row i and op(B) column j, each contiguous over q.
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t q = 0; q < k; ++q)
+          op_a[static_cast<std::size_t>(i * k + q)] =
+              load(ab, a.type, md.trans_a == CUBLAS_OP_N ? i + q * a.ld : q + i * a.ld);
       for (std::int64_t j = 0; j < n; ++j)
         for (std::int64_t q = 0; q < k; ++q)
-          bias_sum[static_cast<std::size_t>(j)] += op_b[static_cast<std::size_t>(j * k + q)];
+          op_b[static_cast<std::size_t>(j * k + q)] =
+              load(bb, b.type, md.trans_b == CUBLAS_OP_N ? q + j * b.ld : j + q * b.ld);
+      for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          const float* ra = &op_a[static_cast<std::size_t>(i * k)];
+          const float* rb = &op_b[static_cast<std::size_t>(j * k)];
+          float acc = 0.0f;
+          for (std::int64_t q = 0; q < k; ++q) acc += ra[q] * rb[q];
+          float x = alpha * acc;
+          if (beta != 0.0f) x += beta * load(cb, c.type, i + j * c.ld);
+          if (bias_add) x += load(md.bias, d.type, i);
+          if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+            store(const_cast<void*>(md.aux), d.type, i + j * md.aux_ld, x);
+          if (e == CUBLASLT_EPILOGUE_RELU_BIAS) x = std::max(x, 0.0f);
+          if (e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) x = gelu_tanh(x);
+          if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+            x *= gelu_tanh_derivative(load(md.aux, d.type, i + j * md.aux_ld));
+            bias_sum[static_cast<std::size_t>(i)] += x;
+          }
+          store(db, d.type, i + j * d.ld, x);
+        }
+      }
+      if (bgradb) {
+        for (std::int64_t j = 0; j < n; ++j)
+          for (std::int64_t q = 0; q < k; ++q)
+            bias_sum[static_cast<std::size_t>(j)] += op_b[static_cast<std::size_t>(j * k + q)];
+      }
     }
-  }
-  if (bias_grad) {
-    for (std::size_t i = 0; i < bias_sum.size(); ++i)
-      store(const_cast<void*>(md.bias), d.type, static_cast<std::int64_t>(i), bias_sum[i]);
-  }
+    if (bias_grad) {
+      for (std::size_t i = 0; i < bias_sum.size(); ++i)
+        store(const_cast<void*>(md.bias), d.type, static_cast<std::int64_t>(i), bias_sum[i]);
+    }
+  };
+  if (simt::detail::runtime_submit("cublasLtMatmul", stream, simt::detail::NodeKind::kernel, compute) !=
+      cudaSuccess)
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -9,6 +9,8 @@ Each FILE (relative to ROOT) is written to OUT/FILE, a `.cu` file as OUT/FILE.cp
   - `extern __shared__ T name[];` -> `T* name = reinterpret_cast<T*>(::simt::detail::g_launch->dynamic_shared);`;
   - `__CUDACC__` -> `SEQBENCH_SIMT_CUDACC` (defined by tests/simt/prelude.h);
   - `#pragma unroll` lines emptied (the host compiler does not know the pragma);
+  - `asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(x));` -> `x = ::simt::globaltimer_ns();`
+    (any other inline PTX is refused);
 and line counts kept; a header gets a `#line 1 "ROOT/FILE"` first line, so that diagnostics name
 the original. A file is only written when its text changes, so that an unchanged
 source does not rebuild.
@@ -20,6 +22,9 @@ import sys
 EXTERN_SHARED = re.compile(
     r"extern\s+__shared__\s+(?:alignas\s*\(\s*\w+\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+(\w+)\s*\[\s*\]\s*;")
 PRAGMA_UNROLL = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b.*$", re.MULTILINE)
+# A read of the global nanosecond timer (a spin of known length in tests/suites/gpu_timer_test.cu).
+ASM_GLOBALTIMER = re.compile(
+    r'asm\s+volatile\s*\(\s*"mov\.u64\s+%0,\s*%%globaltimer;"\s*:\s*"=l"\s*\(\s*(\w+)\s*\)\s*\)\s*;')
 
 
 class RewriteError(Exception):
@@ -105,6 +110,9 @@ def rewrite(text, path):
         raise RewriteError(f"{path}: an extern __shared__ declaration this script does not understand")
     text = text.replace("__CUDACC__", "SEQBENCH_SIMT_CUDACC")
     text = PRAGMA_UNROLL.sub("", text)
+    text = ASM_GLOBALTIMER.sub(lambda m: f"{m.group(1)} = ::simt::globaltimer_ns();", text)
+    if re.search(r"\basm\s+volatile\b", text):
+        raise RewriteError(f"{path}: inline PTX this script does not understand")
     return text
 
 

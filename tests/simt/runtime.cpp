@@ -5,12 +5,11 @@
 // block unless raised, 227 KiB when raised, 50 MiB of L2). Allocations are host memory filled with
 // 0xff bytes (NaN in every float format), so a kernel output that is read before it is written
 // shows up as NaN rather than as a lucky zero. Every copy and memset checks that its device side
-// lies inside one live allocation, as the device would fault otherwise. Launches run to completion
-// when issued, so streams, events and synchronization only keep their error semantics.
+// lies inside one live allocation, as the device would fault otherwise. Streams, events, graph
+// capture and synchronization are in tests/simt/streams.cpp.
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -219,6 +218,16 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorNotSupported";
     case cudaErrorInvalidDevicePointer:
       return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
     default:
       return "cudaError (other)";
   }
@@ -242,6 +251,7 @@ const char* cudaGetErrorString(cudaError_t error) {
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   if (entry() != cudaSuccess) return entry();
   *ptr = nullptr;
+  if (const cudaError_t e = simt::detail::runtime_refuse_while_capturing("cudaMalloc")) return e;
   if (bytes == 0) return cudaSuccess;
   void* p = nullptr;
   if (posix_memalign(&p, 256, bytes) != 0)
@@ -253,6 +263,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  if (const cudaError_t e = simt::detail::runtime_refuse_while_capturing("cudaFree")) return e;
   if (ptr == nullptr) return entry();
   auto& allocations = state().allocations;
   const auto it = allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
@@ -263,8 +274,10 @@ cudaError_t cudaFree(void* ptr) {
   return entry();
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  if (entry() != cudaSuccess) return entry();
+namespace {
+
+// The device sides of a copy, checked (recorded, naming `api`) against the live allocations.
+cudaError_t check_copy(const char* api, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind& kind) {
   if (kind == cudaMemcpyDefault) {
     const bool d = simt::detail::is_device(dst), s = simt::detail::is_device(src);
     kind = d && s ? cudaMemcpyDeviceToDevice
@@ -275,83 +288,50 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (dst_device) {
-    if (const cudaError_t e = check_device_range("cudaMemcpy", "destination", dst, bytes)) return e;
+    if (const cudaError_t e = check_device_range(api, "destination", dst, bytes)) return e;
   }
   if (src_device) {
-    if (const cudaError_t e = check_device_range("cudaMemcpy", "source", src, bytes)) return e;
+    if (const cudaError_t e = check_device_range(api, "source", src, bytes)) return e;
   }
-  if (bytes != 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
+}  // namespace
+
+// A copy is checked when issued and again when it runs (a captured copy replays later, when its
+// memory may have been freed).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+                            cudaStream_t stream) {
+  if (entry() != cudaSuccess) return entry();
+  if (const cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, bytes, kind)) return e;
+  return simt::detail::runtime_submit(
+      "cudaMemcpyAsync", stream, simt::detail::NodeKind::memcpy, [dst, src, bytes, kind]() mutable {
+        if (check_copy("cudaMemcpyAsync (replayed)", dst, src, bytes, kind) == cudaSuccess && bytes != 0)
+          std::memmove(dst, src, bytes);
+      });
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (entry() != cudaSuccess) return entry();
+  if (const cudaError_t e = simt::detail::runtime_refuse_while_capturing("cudaMemcpy")) return e;
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
+  if (entry() != cudaSuccess) return entry();
+  if (const cudaError_t e = check_device_range("cudaMemsetAsync", "destination", ptr, bytes)) return e;
+  return simt::detail::runtime_submit(
+      "cudaMemsetAsync", stream, simt::detail::NodeKind::memset, [ptr, value, bytes] {
+        if (check_device_range("cudaMemsetAsync (replayed)", "destination", ptr, bytes) == cudaSuccess &&
+            bytes != 0)
+          std::memset(ptr, value, bytes);
+      });
 }
 
 cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
   if (entry() != cudaSuccess) return entry();
-  if (const cudaError_t e = check_device_range("cudaMemset", "destination", ptr, bytes)) return e;
-  if (bytes != 0) std::memset(ptr, value, bytes);
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t) {
-  return cudaMemset(ptr, value, bytes);
-}
-
-cudaError_t cudaDeviceSynchronize() {
-  return entry();
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  return entry();
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  *stream = reinterpret_cast<cudaStream_t>(new char);
-  return entry();
-}
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  return cudaStreamCreate(stream);
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<char*>(stream);
-  return entry();
-}
-
-// Events hold the host time of their record: launches run when issued, so an elapsed time is the
-// emulation's time, meaningless as a GPU timing but well defined.
-cudaError_t cudaEventCreate(cudaEvent_t* event) {
-  *event = reinterpret_cast<cudaEvent_t>(new std::chrono::steady_clock::time_point());
-  return entry();
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  return cudaEventCreate(event);
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<std::chrono::steady_clock::time_point*>(event);
-  return entry();
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  *reinterpret_cast<std::chrono::steady_clock::time_point*>(event) = std::chrono::steady_clock::now();
-  return entry();
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  return entry();
-}
-
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  const auto a = *reinterpret_cast<std::chrono::steady_clock::time_point*>(start);
-  const auto b = *reinterpret_cast<std::chrono::steady_clock::time_point*>(end);
-  *ms = std::chrono::duration<float, std::milli>(b - a).count();
-  return entry();
+  if (const cudaError_t e = simt::detail::runtime_refuse_while_capturing("cudaMemset")) return e;
+  return cudaMemsetAsync(ptr, value, bytes, nullptr);
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
@@ -381,8 +361,9 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, 
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, func, block_size, smem);
 }
 
-// The cuBLAS version the headers name (core/device_info.cpp reports it); no cuBLAS routine is
-// emulated, so nothing here may call one.
+// The cuBLAS version the headers name (core/device_info.cpp reports it). No classic cuBLAS routine
+// is emulated (the layers' GEMMs go through cuBLASLt, tests/simt/cublaslt.cpp): the device suite's
+// GEMM-rate experiment, the one caller, is refused by name at cublasCreate.
 cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
   switch (type) {
     case MAJOR_VERSION:
@@ -396,6 +377,26 @@ cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
       return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  *handle = nullptr;
+  std::fprintf(stderr, "simt: cublasCreate: classic cuBLAS is not emulated (only cuBLASLt)\n");
+  return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t) {
+  return CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) {
+  return CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*,
+                            void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) {
+  return CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
 }  // extern "C"

@@ -401,35 +401,15 @@ unsigned warp_ballot(unsigned mask, int predicate) {
   std::abort();
 }
 
-void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block, std::size_t dynamic_smem,
-              cudaStream_t stream, const std::function<void()>& body) {
-  (void)stream;  // one host thread runs every launch in issue order: a valid order for any streams
+namespace {
+
+// Runs a validated launch to completion: its blocks one after another, each block's threads as
+// fibers (the file's header).
+void execute_grid(const char* kernel_name, dim3 grid, dim3 block, std::size_t dynamic_smem,
+                  const std::function<void()>& body) {
   Executor& e = executor();
-  const auto config_error = [&](const std::string& why) {
-    runtime_record_error(cudaErrorInvalidConfiguration, false,
-                         std::string("simt: launch of ") + kernel_name + " refused: " + why);
-  };
-  if (e.running) {
-    std::fprintf(stderr, "simt: %s launched from inside a kernel\n", kernel_name);
-    std::abort();
-  }
   if (runtime_sticky_error() != cudaSuccess) return;  // a faulted context runs nothing more
   const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return config_error(format3("an empty grid", grid));
-  if (block.x == 0 || block.y == 0 || block.z == 0) return config_error(format3("an empty block", block));
-  if (threads > kMaxThreads || block.x > 1024 || block.y > 1024 || block.z > 64)
-    return config_error(format3("block", block) +
-                        " above 1024 threads or the per-dimension limits (1024, 1024, 64)");
-  if (grid.x > 2147483647u || grid.y > 65535u || grid.z > 65535u)
-    return config_error(format3("grid", grid) + " above the limits (2^31-1, 65535, 65535)");
-  int smem_limit = 48 * 1024;
-  if (const auto it = e.max_dynamic_shared.find(kernel_id); it != e.max_dynamic_shared.end())
-    smem_limit = it->second;
-  if (dynamic_smem > static_cast<std::size_t>(smem_limit))
-    return config_error(std::to_string(dynamic_smem) +
-                        " bytes of dynamic shared memory above the kernel's limit of " +
-                        std::to_string(smem_limit));
-
   std::vector<unsigned char> shared(std::max<std::size_t>(dynamic_smem, 16) + 16);
   LaunchState launch;
   launch.grid_dim = grid;
@@ -498,6 +478,43 @@ void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 bl
   g_launch = nullptr;
   if (!problem.empty())
     runtime_record_error(cudaErrorLaunchFailure, true, std::string("simt: ") + kernel_name + ": " + problem);
+}
+}  // namespace
+
+void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block, std::size_t dynamic_smem,
+              cudaStream_t stream, const std::function<void()>& body) {
+  Executor& e = executor();
+  const auto config_error = [&](const std::string& why) {
+    runtime_record_error(cudaErrorInvalidConfiguration, false,
+                         std::string("simt: launch of ") + kernel_name + " refused: " + why);
+  };
+  if (e.running) {
+    std::fprintf(stderr, "simt: %s launched from inside a kernel\n", kernel_name);
+    std::abort();
+  }
+  if (runtime_sticky_error() != cudaSuccess) return;  // a faulted context runs nothing more
+  const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return config_error(format3("an empty grid", grid));
+  if (block.x == 0 || block.y == 0 || block.z == 0) return config_error(format3("an empty block", block));
+  if (threads > kMaxThreads || block.x > 1024 || block.y > 1024 || block.z > 64)
+    return config_error(format3("block", block) +
+                        " above 1024 threads or the per-dimension limits (1024, 1024, 64)");
+  if (grid.x > 2147483647u || grid.y > 65535u || grid.z > 65535u)
+    return config_error(format3("grid", grid) + " above the limits (2^31-1, 65535, 65535)");
+  int smem_limit = 48 * 1024;
+  if (const auto it = e.max_dynamic_shared.find(kernel_id); it != e.max_dynamic_shared.end())
+    smem_limit = it->second;
+  if (dynamic_smem > static_cast<std::size_t>(smem_limit))
+    return config_error(std::to_string(dynamic_smem) +
+                        " bytes of dynamic shared memory above the kernel's limit of " +
+                        std::to_string(smem_limit));
+
+  // The configuration is checked when the launch is issued, as the device checks it; where it runs
+  // (now, or at each replay of a captured graph) is the stream's business (streams.cpp). The body
+  // is copied: a recorded launch outlives its caller's frame.
+  runtime_submit(kernel_name, stream, NodeKind::kernel, [kernel_name, grid, block, dynamic_smem, body] {
+    execute_grid(kernel_name, grid, block, dynamic_smem, body);
+  });
 }
 
 }  // namespace simt::detail

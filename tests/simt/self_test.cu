@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
+#include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/device_buffer.h"
@@ -269,6 +271,72 @@ TEST_F(Simt, CubStandInsComputeWhatCubComputes) {
                                             vout.data(), 6, 0, 4),
             cudaSuccess);
   EXPECT_EQ(vout.copy_to_host(), (std::vector<std::int32_t>{2, 4, 1, 5, 0, 3}));
+}
+
+__global__ void add_kernel(int* x, int amount) {
+  *x += amount;
+}
+
+// Stream capture (tests/simt/streams.cpp): captured work runs only when the graph replays, with the
+// arguments it was issued with, in issue order; the unsafe calls are refused while capturing.
+TEST_F(Simt, CapturedWorkRunsAtEachReplayInIssueOrderWithItsIssuedArguments) {
+  DeviceBuffer<int> x(1);
+  x.fill_bytes(0);
+  seqbench::Stream stream;
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+  cudaStreamCaptureStatus status{};
+  ASSERT_EQ(cudaStreamIsCapturing(stream.get(), &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  int amount = 5;
+  add_kernel<<<1, 1, 0, stream.get()>>>(x.data(), amount);
+  amount = 1000;  // the launch copied 5
+  ASSERT_EQ(cudaMemsetAsync(x.data(), 0, sizeof(int), stream.get()), cudaSuccess);
+  add_kernel<<<1, 1, 0, stream.get()>>>(x.data(), 7);
+  ::testing::internal::CaptureStderr();
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
+  int host = 0;
+  EXPECT_EQ(cudaMemcpy(&host, x.data(), sizeof(int), cudaMemcpyDeviceToHost),
+            cudaErrorStreamCaptureUnsupported);
+  ::testing::internal::GetCapturedStderr();
+  cudaGetLastError();
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+  std::size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 3u);
+  EXPECT_EQ(x.copy_to_host()[0], 0) << "captured work ran while capturing";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);  // the executable graph keeps its own copy
+  x.fill_bytes(0x11);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+  EXPECT_EQ(x.copy_to_host()[0], 7) << "the memset replays between the two kernels";
+  add_kernel<<<1, 1, 0, stream.get()>>>(x.data(), 100);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+  EXPECT_EQ(x.copy_to_host()[0], 7);
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(Simt, AReplayedCopyIntoFreedMemoryIsRefused) {
+  seqbench::Stream stream;
+  auto buffer = std::make_unique<DeviceBuffer<int>>(4);
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buffer->data(), 0, 4 * sizeof(int), stream.get()), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  buffer.reset();
+  ::testing::internal::CaptureStderr();
+  ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_NE(err.find("cudaMemsetAsync (replayed)"), std::string::npos) << err;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 }  // namespace

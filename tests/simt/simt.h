@@ -31,6 +31,7 @@
 #include <driver_types.h>
 #include <vector_types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -64,8 +65,9 @@ namespace detail {
 extern ThreadState* g_thread;
 extern LaunchState* g_launch;
 
-// Runs `body` for every thread of the grid (blocks in order), or records why it cannot. Sets the
-// runtime's error state (runtime.cpp) on a bad configuration or a fault inside the kernel.
+// Checks the launch configuration, then runs `body` for every thread of the grid (blocks in order),
+// at once or, on a capturing stream, at each replay of the graph (streams.cpp). Sets the runtime's
+// error state (runtime.cpp) on a bad configuration or a fault inside the kernel.
 void run_grid(const char* kernel_name, const void* kernel_id, dim3 grid, dim3 block, std::size_t dynamic_smem,
               cudaStream_t stream, const std::function<void()>& body);
 
@@ -106,11 +108,12 @@ class Launch {
   template <class... Args>
   void operator()(Args&&... args) const {
     static_assert(sizeof...(Args) == sizeof...(Params), "kernel launched with the wrong number of arguments");
-    // By value, converted as the kernel's parameters, as a launch copies them.
+    // By value, converted as the kernel's parameters, as a launch copies them; held by the body,
+    // which a graph capture keeps for its replays.
     std::tuple<std::decay_t<Params>...> values(std::forward<Args>(args)...);
     auto* kernel = kernel_;
     detail::run_grid(name_, reinterpret_cast<const void*>(kernel), grid_, block_, smem_, stream_,
-                     [&values, kernel] { std::apply(kernel, values); });
+                     [values = std::move(values), kernel] { std::apply(kernel, values); });
   }
 
  private:
@@ -120,6 +123,13 @@ class Launch {
   std::size_t smem_;
   cudaStream_t stream_;
 };
+
+// %globaltimer: nanoseconds of the host's steady clock.
+inline unsigned long long globaltimer_ns() {
+  return static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now().time_since_epoch())
+                                             .count());
+}
 
 template <class... Params>
 Launch<Params...> launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,

@@ -1,0 +1,351 @@
+// Streams, events and CUDA graphs for the simt build (tests/simt/simt.h): stream capture records
+// the work issued to a capturing stream as graph nodes instead of running it, and a launched
+// executable graph replays them, so that the suites' timing path (suites/gpu_timer.cpp: capture,
+// instantiate, upload, replay) runs on the CPU with CUDA's rules for what a capture accepts.
+//
+// What it keeps of CUDA's capture semantics:
+//   - kernels, async copies and memsets, cuBLASLt matmuls and graph launches issued to the
+//     capturing stream become nodes (kernel, memcpy, memset, kernel, child graph) in issue order;
+//     their arguments are checked when issued, and they run at each replay;
+//   - work issued to another live stream runs at once, outside the graph, as on the device;
+//   - work on the legacy stream while a blocking stream captures is refused with
+//     cudaErrorStreamCaptureImplicit and invalidates the capture;
+//   - synchronizing the capturing stream is refused with cudaErrorStreamCaptureUnsupported and
+//     invalidates the capture; the potentially unsafe calls (cudaMalloc, cudaFree, synchronous
+//     copies and memsets, cudaDeviceSynchronize, cudaEventSynchronize) are refused while a capture
+//     that is not relaxed is in progress;
+//   - cudaStreamEndCapture of an invalidated capture returns cudaErrorStreamCaptureInvalidated and
+//     no graph.
+// What it does not: events recorded inside a capture (fork/join across streams: refused as not
+// emulated), graph updates, and any concurrency. Launches run when issued and replays run when
+// launched, one host thread, so stream and event synchronization only keep their error semantics
+// and an elapsed time between events is the emulation's host time.
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/simt/runtime_state.h"
+
+namespace simt::detail {
+namespace {
+
+struct Node {
+  NodeKind kind;
+  std::string what;  // the kernel's or API's name, for messages
+  std::function<void()> run;
+};
+
+struct Graph {
+  std::vector<Node> nodes;
+};
+
+struct GraphExec {
+  std::vector<Node> nodes;
+};
+
+struct StreamState {
+  unsigned flags = cudaStreamDefault;
+  bool capturing = false;
+  bool invalidated = false;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::unique_ptr<Graph> graph;  // while capturing
+};
+
+struct Streams {
+  std::set<StreamState*> live;
+};
+
+Streams& streams() {
+  static Streams s;
+  return s;
+}
+
+cudaError_t fail(cudaError_t error, const std::string& message) {
+  runtime_record_error(error, false, "simt: " + message);
+  return error;
+}
+
+bool is_legacy(cudaStream_t stream) {
+  return stream == nullptr || stream == cudaStreamLegacy;
+}
+
+// The state of a created stream; null for the legacy and per-thread default streams.
+StreamState* state_of(cudaStream_t stream) {
+  if (is_legacy(stream) || stream == cudaStreamPerThread) return nullptr;
+  auto* s = reinterpret_cast<StreamState*>(stream);
+  return streams().live.count(s) != 0 ? s : nullptr;
+}
+
+bool is_live(cudaStream_t stream) {
+  return is_legacy(stream) || stream == cudaStreamPerThread || state_of(stream) != nullptr;
+}
+
+// A capturing blocking stream: work on the legacy stream would make it depend on the capture.
+StreamState* blocking_capture() {
+  for (StreamState* s : streams().live)
+    if (s->capturing && (s->flags & cudaStreamNonBlocking) == 0) return s;
+  return nullptr;
+}
+
+cudaError_t legacy_dependency(const std::string& api) {
+  StreamState* s = blocking_capture();
+  if (s == nullptr) return cudaSuccess;
+  s->invalidated = true;
+  return fail(cudaErrorStreamCaptureImplicit,
+              api + " on the legacy stream while a blocking stream captures (the capture is invalidated)");
+}
+
+cudaGraphNodeType node_type(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::kernel:
+      return cudaGraphNodeTypeKernel;
+    case NodeKind::memcpy:
+      return cudaGraphNodeTypeMemcpy;
+    case NodeKind::memset:
+      return cudaGraphNodeTypeMemset;
+    case NodeKind::child_graph:
+      return cudaGraphNodeTypeGraph;
+  }
+  return cudaGraphNodeTypeEmpty;
+}
+
+}  // namespace
+
+cudaError_t runtime_submit(const char* api, cudaStream_t stream, NodeKind kind, std::function<void()> op) {
+  if (!is_live(stream)) return fail(cudaErrorInvalidResourceHandle, std::string(api) + ": not a live stream");
+  if (is_legacy(stream)) {
+    if (const cudaError_t e = legacy_dependency(api)) return e;
+  }
+  if (StreamState* s = state_of(stream); s != nullptr && s->capturing) {
+    if (!s->invalidated) s->graph->nodes.push_back(Node{kind, api, std::move(op)});
+    return cudaSuccess;
+  }
+  op();
+  return cudaSuccess;
+}
+
+cudaError_t runtime_refuse_while_capturing(const char* api) {
+  for (StreamState* s : streams().live)
+    if (s->capturing && s->mode != cudaStreamCaptureModeRelaxed)
+      return fail(cudaErrorStreamCaptureUnsupported,
+                  std::string(api) + " is not permitted while a stream captures (not in relaxed mode)");
+  return cudaSuccess;
+}
+
+}  // namespace simt::detail
+
+using simt::detail::fail;
+using simt::detail::GraphExec;
+using simt::detail::is_legacy;
+using simt::detail::is_live;
+using simt::detail::Node;
+using simt::detail::NodeKind;
+using simt::detail::runtime_refuse_while_capturing;
+using simt::detail::runtime_sticky_error;
+using simt::detail::runtime_submit;
+using simt::detail::state_of;
+using simt::detail::streams;
+using simt::detail::StreamState;
+using SimtGraph = simt::detail::Graph;
+
+namespace {
+
+SimtGraph* graph_of(cudaGraph_t graph) {
+  return reinterpret_cast<SimtGraph*>(graph);
+}
+
+GraphExec* exec_of(cudaGraphExec_t exec) {
+  return reinterpret_cast<GraphExec*>(exec);
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  if (const cudaError_t e = runtime_sticky_error()) return e;
+  if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking)
+    return fail(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: flags " + std::to_string(flags));
+  auto* s = new StreamState;
+  s->flags = flags;
+  streams().live.insert(s);
+  *stream = reinterpret_cast<cudaStream_t>(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  StreamState* s = state_of(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a created stream");
+  if (s->capturing) return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamDestroy of a capturing stream");
+  streams().live.erase(s);
+  delete s;
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (!is_live(stream))
+    return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
+  if (StreamState* s = state_of(stream); s != nullptr && s->capturing) {
+    s->invalidated = true;
+    return fail(cudaErrorStreamCaptureUnsupported,
+                "cudaStreamSynchronize of a capturing stream (the capture is invalidated)");
+  }
+  if (is_legacy(stream)) {
+    if (const cudaError_t e = simt::detail::legacy_dependency("cudaStreamSynchronize")) return e;
+  }
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  if (const cudaError_t e = runtime_refuse_while_capturing("cudaDeviceSynchronize")) return e;
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (const cudaError_t e = runtime_sticky_error()) return e;
+  StreamState* s = state_of(stream);
+  if (s == nullptr)
+    return fail(cudaErrorStreamCaptureUnsupported,
+                "cudaStreamBeginCapture: only a created stream is emulated as capturing");
+  if (s->capturing) return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream already captures");
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed)
+    return fail(cudaErrorInvalidValue,
+                "cudaStreamBeginCapture: mode " + std::to_string(static_cast<int>(mode)));
+  s->capturing = true;
+  s->invalidated = false;
+  s->mode = mode;
+  s->graph = std::make_unique<SimtGraph>();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  StreamState* s = state_of(stream);
+  if (s == nullptr || !s->capturing)
+    return fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream does not capture");
+  *graph = nullptr;
+  s->capturing = false;
+  std::unique_ptr<SimtGraph> captured = std::move(s->graph);
+  if (s->invalidated)
+    return fail(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture: the capture was invalidated");
+  *graph = reinterpret_cast<cudaGraph_t>(captured.release());
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (!is_live(stream))
+    return fail(cudaErrorInvalidResourceHandle, "cudaStreamIsCapturing: not a live stream");
+  const StreamState* s = state_of(stream);
+  *status = s == nullptr || !s->capturing ? cudaStreamCaptureStatusNone
+            : s->invalidated              ? cudaStreamCaptureStatusInvalidated
+                                          : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  SimtGraph* g = graph_of(graph);
+  if (g == nullptr || count == nullptr)
+    return fail(cudaErrorInvalidValue, "cudaGraphGetNodes: null argument");
+  if (nodes == nullptr) {
+    *count = g->nodes.size();
+    return cudaSuccess;
+  }
+  const std::size_t n = std::min(*count, g->nodes.size());
+  for (std::size_t i = 0; i < n; ++i) nodes[i] = reinterpret_cast<cudaGraphNode_t>(&g->nodes[i]);
+  *count = n;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+  if (node == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphNodeGetType: null node");
+  *type = simt::detail::node_type(reinterpret_cast<const Node*>(node)->kind);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph_of(graph);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+  if (graph == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: null graph");
+  if (flags != 0) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: flags are not emulated");
+  // The executable graph owns copies of the nodes: the graph may be destroyed before it replays.
+  *exec = reinterpret_cast<cudaGraphExec_t>(new GraphExec{graph_of(graph)->nodes});
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec_of(exec);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphUpload: null graph");
+  if (!is_live(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaGraphUpload: not a live stream");
+  return runtime_sticky_error();
+}
+
+// Replays the nodes in their captured order (a capture from one stream is a chain). Launched into
+// a capturing stream, the whole graph becomes one child-graph node.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphLaunch: null graph");
+  if (const cudaError_t e = runtime_sticky_error()) return e;
+  const GraphExec* g = exec_of(exec);
+  return runtime_submit("cudaGraphLaunch", stream, NodeKind::child_graph, [g] {
+    for (const Node& node : g->nodes) {
+      if (runtime_sticky_error() != cudaSuccess) return;  // a fault stops the replay
+      node.run();
+    }
+  });
+}
+
+// Events hold the host time of their record: work runs when issued, so an elapsed time is the
+// emulation's time, meaningless as a GPU timing but well defined.
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = reinterpret_cast<cudaEvent_t>(new std::chrono::steady_clock::time_point());
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  return cudaEventCreate(event);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<std::chrono::steady_clock::time_point*>(event);
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!is_live(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live stream");
+  if (StreamState* s = state_of(stream); s != nullptr && s->capturing)
+    return fail(cudaErrorNotSupported, "cudaEventRecord into a capturing stream is not emulated");
+  if (is_legacy(stream)) {
+    if (const cudaError_t e = simt::detail::legacy_dependency("cudaEventRecord")) return e;
+  }
+  *reinterpret_cast<std::chrono::steady_clock::time_point*>(event) = std::chrono::steady_clock::now();
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  if (const cudaError_t e = runtime_refuse_while_capturing("cudaEventSynchronize")) return e;
+  return runtime_sticky_error();
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto a = *reinterpret_cast<std::chrono::steady_clock::time_point*>(start);
+  const auto b = *reinterpret_cast<std::chrono::steady_clock::time_point*>(end);
+  *ms = std::chrono::duration<float, std::milli>(b - a).count();
+  return runtime_sticky_error();
+}
+
+}  // extern "C"
