@@ -34,9 +34,9 @@ enum class NodeKind { kernel, memcpy, memset, child_graph };
 // depend on a capturing blocking stream, which also invalidates that capture, as CUDA does.
 cudaError_t runtime_submit(const char* api, cudaStream_t stream, NodeKind kind, std::function<void()> op);
 
-// cudaErrorStreamCaptureUnsupported (recorded, naming `api`) while a capture not begun in relaxed
-// mode is in progress: the calls CUDA calls potentially unsafe during a capture (cudaMalloc,
-// cudaFree, synchronous copies and memsets, device and event synchronization). One host thread
+// cudaErrorStreamCaptureUnsupported (recorded, naming `api`), invalidating the capture, while a
+// capture not begun in relaxed mode is in progress: the calls CUDA calls potentially unsafe during a capture
+// (cudaMalloc, cudaFree, synchronous copies and memsets, device and event synchronization). One host thread
 // drives the emulation, so global and thread-local mode prohibit the same calls.
 cudaError_t runtime_refuse_while_capturing(const char* api);
 

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device_buffer.h"
@@ -278,7 +280,7 @@ __global__ void add_kernel(int* x, int amount) {
 }
 
 // Stream capture (tests/simt/streams.cpp): captured work runs only when the graph replays, with the
-// arguments it was issued with, in issue order; the unsafe calls are refused while capturing.
+// arguments it was issued with, in issue order.
 TEST_F(Simt, CapturedWorkRunsAtEachReplayInIssueOrderWithItsIssuedArguments) {
   DeviceBuffer<int> x(1);
   x.fill_bytes(0);
@@ -292,15 +294,6 @@ TEST_F(Simt, CapturedWorkRunsAtEachReplayInIssueOrderWithItsIssuedArguments) {
   amount = 1000;  // the launch copied 5
   ASSERT_EQ(cudaMemsetAsync(x.data(), 0, sizeof(int), stream.get()), cudaSuccess);
   add_kernel<<<1, 1, 0, stream.get()>>>(x.data(), 7);
-  ::testing::internal::CaptureStderr();
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
-  int host = 0;
-  EXPECT_EQ(cudaMemcpy(&host, x.data(), sizeof(int), cudaMemcpyDeviceToHost),
-            cudaErrorStreamCaptureUnsupported);
-  ::testing::internal::GetCapturedStderr();
-  cudaGetLastError();
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
   std::size_t nodes = 0;
@@ -317,6 +310,47 @@ TEST_F(Simt, CapturedWorkRunsAtEachReplayInIssueOrderWithItsIssuedArguments) {
   ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
   EXPECT_EQ(x.copy_to_host()[0], 7);
   ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// The potentially unsafe calls are refused during a global or thread-local capture and invalidate
+// it; a relaxed capture permits them.
+TEST_F(Simt, UnsafeCallsAreRefusedDuringACaptureAndInvalidateIt) {
+  DeviceBuffer<int> x(1);
+  seqbench::Stream stream;
+  int host = 0;
+  const std::vector<std::pair<const char*, std::function<cudaError_t()>>> unsafe = {
+      {"cudaMalloc",
+       [] {
+         void* p = nullptr;
+         return cudaMalloc(&p, 64);
+       }},
+      {"cudaFree", [] { return cudaFree(nullptr); }},
+      {"cudaDeviceSynchronize", [] { return cudaDeviceSynchronize(); }},
+      {"cudaMemcpy", [&] { return cudaMemcpy(&host, x.data(), sizeof(int), cudaMemcpyDeviceToHost); }},
+      {"cudaMemset", [&] { return cudaMemset(x.data(), 0, sizeof(int)); }}};
+  for (const auto& [name, call] : unsafe) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    add_kernel<<<1, 1, 0, stream.get()>>>(x.data(), 1);
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(call(), cudaErrorStreamCaptureUnsupported);
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaErrorStreamCaptureInvalidated);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(name), std::string::npos) << err;
+    EXPECT_EQ(graph, nullptr);
+    cudaGetLastError();
+  }
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+  add_kernel<<<1, 1, 0, stream.get()>>>(x.data(), 1);
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaSuccess);
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+  EXPECT_NE(graph, nullptr);
+  cudaGraphDestroy(graph);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

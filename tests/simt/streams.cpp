@@ -11,8 +11,8 @@
 //   - work on the legacy stream while a blocking stream captures is refused with
 //     cudaErrorStreamCaptureImplicit and invalidates the capture;
 //   - synchronizing the capturing stream is refused with cudaErrorStreamCaptureUnsupported and
-//     invalidates the capture; the potentially unsafe calls (cudaMalloc, cudaFree, synchronous
-//     copies and memsets, cudaDeviceSynchronize, cudaEventSynchronize) are refused while a capture
+//     invalidates the capture; so are the potentially unsafe calls (cudaMalloc, cudaFree,
+//     synchronous copies and memsets, cudaDeviceSynchronize, cudaEventSynchronize) while a capture
 //     that is not relaxed is in progress;
 //   - cudaStreamEndCapture of an invalidated capture returns cudaErrorStreamCaptureInvalidated and
 //     no graph.
@@ -130,11 +130,18 @@ cudaError_t runtime_submit(const char* api, cudaStream_t stream, NodeKind kind, 
 }
 
 cudaError_t runtime_refuse_while_capturing(const char* api) {
-  for (StreamState* s : streams().live)
-    if (s->capturing && s->mode != cudaStreamCaptureModeRelaxed)
-      return fail(cudaErrorStreamCaptureUnsupported,
-                  std::string(api) + " is not permitted while a stream captures (not in relaxed mode)");
-  return cudaSuccess;
+  bool refused = false;
+  for (StreamState* s : streams().live) {
+    if (s->capturing && s->mode != cudaStreamCaptureModeRelaxed) {
+      s->invalidated = true;  // as CUDA does: the capture cannot be trusted to hold the call's effect
+      refused = true;
+    }
+  }
+  if (!refused) return cudaSuccess;
+  return fail(cudaErrorStreamCaptureUnsupported,
+              std::string(api) +
+                  " is not permitted while a stream captures (not in relaxed mode); the "
+                  "capture is invalidated");
 }
 
 }  // namespace simt::detail
