@@ -146,24 +146,13 @@ cudaError_t runtime_refuse_while_capturing(const char* api) {
 
 }  // namespace simt::detail
 
-using simt::detail::fail;
-using simt::detail::GraphExec;
-using simt::detail::is_legacy;
-using simt::detail::is_live;
-using simt::detail::Node;
-using simt::detail::NodeKind;
-using simt::detail::runtime_refuse_while_capturing;
-using simt::detail::runtime_sticky_error;
-using simt::detail::runtime_submit;
-using simt::detail::state_of;
-using simt::detail::streams;
-using simt::detail::StreamState;
-using SimtGraph = simt::detail::Graph;
+// The C API below is written in the emulation's own terms.
+using namespace simt::detail;
 
 namespace {
 
-SimtGraph* graph_of(cudaGraph_t graph) {
-  return reinterpret_cast<SimtGraph*>(graph);
+Graph* graph_of(cudaGraph_t graph) {
+  return reinterpret_cast<Graph*>(graph);
 }
 
 GraphExec* exec_of(cudaGraphExec_t exec) {
@@ -231,7 +220,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   s->capturing = true;
   s->invalidated = false;
   s->mode = mode;
-  s->graph = std::make_unique<SimtGraph>();
+  s->graph = std::make_unique<Graph>();
   return cudaSuccess;
 }
 
@@ -241,7 +230,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     return fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream does not capture");
   *graph = nullptr;
   s->capturing = false;
-  std::unique_ptr<SimtGraph> captured = std::move(s->graph);
+  std::unique_ptr<Graph> captured = std::move(s->graph);
   if (s->invalidated)
     return fail(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture: the capture was invalidated");
   *graph = reinterpret_cast<cudaGraph_t>(captured.release());
@@ -259,7 +248,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 }
 
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
-  SimtGraph* g = graph_of(graph);
+  Graph* g = graph_of(graph);
   if (g == nullptr || count == nullptr)
     return fail(cudaErrorInvalidValue, "cudaGraphGetNodes: null argument");
   if (nodes == nullptr) {
