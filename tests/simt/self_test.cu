@@ -335,6 +335,7 @@ TEST_F(Simt, UnsafeCallsAreRefusedDuringACaptureAndInvalidateIt) {
     add_kernel<<<1, 1, 0, stream.get()>>>(x.data(), 1);
     ::testing::internal::CaptureStderr();
     EXPECT_EQ(call(), cudaErrorStreamCaptureUnsupported);
+    EXPECT_EQ(cudaMemsetAsync(x.data(), 0, sizeof(int), stream.get()), cudaErrorStreamCaptureInvalidated);
     cudaGraph_t graph = nullptr;
     EXPECT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaErrorStreamCaptureInvalidated);
     const std::string err = ::testing::internal::GetCapturedStderr();

@@ -14,8 +14,8 @@
 //     invalidates the capture; so are the potentially unsafe calls (cudaMalloc, cudaFree,
 //     synchronous copies and memsets, cudaDeviceSynchronize, cudaEventSynchronize) while a capture
 //     that is not relaxed is in progress;
-//   - cudaStreamEndCapture of an invalidated capture returns cudaErrorStreamCaptureInvalidated and
-//     no graph.
+//   - work issued into an invalidated capture, and cudaStreamEndCapture of it, return
+//     cudaErrorStreamCaptureInvalidated (the latter with no graph).
 // What it does not: events recorded inside a capture (fork/join across streams: refused as not
 // emulated), graph updates, and any concurrency. Launches run when issued and replays run when
 // launched, one host thread, so stream and event synchronization only keep their error semantics
@@ -122,7 +122,10 @@ cudaError_t runtime_submit(const char* api, cudaStream_t stream, NodeKind kind, 
     if (const cudaError_t e = legacy_dependency(api)) return e;
   }
   if (StreamState* s = state_of(stream); s != nullptr && s->capturing) {
-    if (!s->invalidated) s->graph->nodes.push_back(Node{kind, api, std::move(op)});
+    if (s->invalidated)
+      return fail(cudaErrorStreamCaptureInvalidated,
+                  std::string(api) + " into a stream whose capture was invalidated by an earlier call");
+    s->graph->nodes.push_back(Node{kind, api, std::move(op)});
     return cudaSuccess;
   }
   op();
