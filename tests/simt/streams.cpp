@@ -85,6 +85,12 @@ bool is_live(cudaStream_t stream) {
   return is_legacy(stream) || stream == cudaStreamPerThread || state_of(stream) != nullptr;
 }
 
+// cudaErrorInvalidResourceHandle (recorded, naming `api`) unless `stream` is live.
+cudaError_t require_live(const std::string& api, cudaStream_t stream) {
+  if (is_live(stream)) return cudaSuccess;
+  return fail(cudaErrorInvalidResourceHandle, api + ": not a live stream");
+}
+
 // A capturing blocking stream: work on the legacy stream would make it depend on the capture.
 StreamState* blocking_capture() {
   for (StreamState* s : streams().live)
@@ -117,7 +123,7 @@ cudaGraphNodeType node_type(NodeKind kind) {
 }  // namespace
 
 cudaError_t runtime_submit(const char* api, cudaStream_t stream, NodeKind kind, std::function<void()> op) {
-  if (!is_live(stream)) return fail(cudaErrorInvalidResourceHandle, std::string(api) + ": not a live stream");
+  if (const cudaError_t e = require_live(api, stream)) return e;
   if (is_legacy(stream)) {
     if (const cudaError_t e = legacy_dependency(api)) return e;
   }
@@ -191,8 +197,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (!is_live(stream))
-    return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
+  if (const cudaError_t e = require_live("cudaStreamSynchronize", stream)) return e;
   if (StreamState* s = state_of(stream); s != nullptr && s->capturing) {
     s->invalidated = true;
     return fail(cudaErrorStreamCaptureUnsupported,
@@ -241,8 +246,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
-  if (!is_live(stream))
-    return fail(cudaErrorInvalidResourceHandle, "cudaStreamIsCapturing: not a live stream");
+  if (const cudaError_t e = require_live("cudaStreamIsCapturing", stream)) return e;
   const StreamState* s = state_of(stream);
   *status = s == nullptr || !s->capturing ? cudaStreamCaptureStatusNone
             : s->invalidated              ? cudaStreamCaptureStatusInvalidated
@@ -290,7 +294,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t stream) {
   if (exec == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphUpload: null graph");
-  if (!is_live(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaGraphUpload: not a live stream");
+  if (const cudaError_t e = require_live("cudaGraphUpload", stream)) return e;
   return runtime_sticky_error();
 }
 
@@ -325,7 +329,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!is_live(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live stream");
+  if (const cudaError_t e = require_live("cudaEventRecord", stream)) return e;
   if (StreamState* s = state_of(stream); s != nullptr && s->capturing)
     return fail(cudaErrorNotSupported, "cudaEventRecord into a capturing stream is not emulated");
   if (is_legacy(stream)) {
