@@ -55,8 +55,12 @@ struct Model {
 // big: 1024, 4096), as fairseq's transformer_wmt_en_de / transformer_vaswani_wmt_en_de_big with
 // the 32768-entry joined BPE dictionary of fairseq's WMT16 en-de recipe (examples/scaling_nmt).
 // Count: 60,915,712 (base) and 209,911,808 (big); the paper's 65M / 213M use a 37000-token vocab.
-Model transformer(const std::string& name, std::size_t d, std::size_t ffn) {
-  const std::size_t vocab = 32768, layers = 6;
+// `vocab` and `layers` (each side) differ only for the tiny model (models()).
+Model transformer(const std::string& name, std::size_t d, std::size_t ffn, std::size_t vocab = 32768,
+                  std::size_t layers = 6,
+                  std::string source =
+                      "Vaswani et al. 2017 Table 3; fairseq transformer, shared 32768-token "
+                      "dictionary") {
   TensorList t;
   t.add("embed_tokens.weight", vocab * d);
   const auto attention = [&](const std::string& p) {
@@ -80,7 +84,7 @@ Model transformer(const std::string& name, std::size_t d, std::size_t ffn) {
     t.linear(p + ".fc2", ffn, d);
     t.layer_norm(p + ".final_layer_norm", d);
   }
-  return {name, "Vaswani et al. 2017 Table 3; fairseq transformer, shared 32768-token dictionary", t.take()};
+  return {name, std::move(source), t.take()};
 }
 
 // Hugging Face BertModel (embeddings, encoder, pooler; the MLM head's decoder is tied to the word
@@ -129,8 +133,16 @@ Model gpt2(const std::string& name, std::size_t d, std::size_t layers) {
   return {name, "Radford et al. 2019 Table 2; Hugging Face GPT2Model checkpoints, vocab 50257", t.take()};
 }
 
-// Smallest first: quick mode keeps the first two.
-std::vector<Model> models(bool quick) {
+// Smallest first: quick mode keeps the first two. The tiny tier (SuiteOptions::tiny, for running the
+// suite's timing path under tests/simt's CPU emulation) has one model of no paper: fairseq's
+// transformer tensor list at odd sizes (d 21, ffn 50, vocab 997, 2 + 2 layers: 41,129 parameters
+// in 85 tensors, most of them not a multiple of 4 elements), small enough for CPU fibers.
+std::vector<Model> models(const SuiteOptions& options) {
+  if (options.tiny)
+    return {transformer("tiny-transformer", 21, 50, 997, 2,
+                        "synthetic (SuiteOptions::tiny, tests/simt only): fairseq transformer's tensors at "
+                        "d 21, ffn 50, vocab 997, 2 + 2 layers")};
+  const bool quick = options.quick;
   std::vector<Model> all;
   all.push_back(transformer("transformer-base", 512, 2048));  // 61M
   all.push_back(bert("bert-base", 768, 12));                  // 110M
@@ -340,11 +352,19 @@ SuiteSpec trainer_suite(const SuiteOptions& options) {
   suite.description =
       "LightSeq2 Fig. 18: one mixed-precision Adam/SGD step (fp16 params and grads, fp32 state) over "
       "real model parameter lists: Fairseq-style per-tensor, apex-style multi-tensor, fused (no "
-      "master), fused with an fp32 master";
+      "master), fused with an fp32 master; CPU checks: each precision mode's drift from fp64 training "
+      "(trainer/NOTES.md)";
   suite.needs_gpu = true;
-  const std::vector<Model> all = models(options.quick);
+  const std::vector<Model> all = models(options);
   for (const OptimizerKind kind : {OptimizerKind::adam, OptimizerKind::sgd})
     for (const Model& model : all) suite.experiments.push_back(trainer_experiment(model, kind));
+  // The accuracy side of the precision modes (trainer/drift_study.h), on the CPU with the update
+  // kernels' own code: so that the report which times the modes also says what each costs in
+  // drift from fp64 training. The study's seed is its own (its bounds were measured at it).
+  suite.cpu_checks = [](std::uint64_t) {
+    const trainer::DriftStudyOptions study;
+    return trainer::drift_study_checks(trainer::run_drift_study(study), study);
+  };
   return suite;
 }
 

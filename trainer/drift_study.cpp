@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <numbers>
+#include <sstream>
+#include <string>
 
 #include "core/error.h"
 #include "core/philox.h"
@@ -140,6 +142,60 @@ std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options) {
   std::vector<DriftResult> results;
   for (const auto& [dtype, mode] : cases) results.push_back(run_drift_case(options, dtype, mode));
   return results;
+}
+
+namespace {
+
+const DriftResult& find_case(const std::vector<DriftResult>& results, DType dtype, PrecisionMode mode) {
+  for (const DriftResult& r : results)
+    if (r.dtype == dtype && r.mode == mode) return r;
+  SEQBENCH_FAIL("drift_study_checks: no result for " << dtype_name(dtype) << " " << precision_mode_name(mode)
+                                                     << " among " << results.size() << " results");
+}
+
+}  // namespace
+
+std::vector<CheckResult> drift_study_checks(const std::vector<DriftResult>& results,
+                                            const DriftStudyOptions& options) {
+  const auto& f32 = find_case(results, DType::f32, PrecisionMode::no_master);
+  const auto& f16 = find_case(results, DType::f16, PrecisionMode::no_master);
+  const auto& f16m = find_case(results, DType::f16, PrecisionMode::master_fp32);
+  const auto& bf16 = find_case(results, DType::bf16, PrecisionMode::no_master);
+  const auto& bf16m = find_case(results, DType::bf16, PrecisionMode::master_fp32);
+  const auto& bf16sr = find_case(results, DType::bf16, PrecisionMode::stochastic_rounding);
+
+  std::vector<CheckResult> checks;
+  // One check: `passed` from the case's conditions, `bound` the drift it was held to, `rule` how.
+  const auto add = [&](const DriftResult& r, bool passed, double bound, const std::string& rule) {
+    std::ostringstream d;
+    d << "Adam, lr " << options.lr << ", " << options.steps << " steps, least squares of " << options.params
+      << " parameters over " << options.samples << " samples, seed " << options.seed
+      << " (trainer/NOTES.md): drift " << r.param_drift
+      << " (|w - w_fp64| / |w_fp64 - w0|), max |w - w_fp64| " << r.max_abs_drift << ", loss " << r.loss
+      << " (fp64 " << r.reference_loss << ", start " << r.initial_loss << "); held to: " << rule;
+    CheckResult c;
+    c.name =
+        "trainer/drift/" + std::string(dtype_name(r.dtype)) + "/" + std::string(precision_mode_name(r.mode));
+    c.passed = passed && std::isfinite(r.param_drift) && std::isfinite(r.loss);
+    c.max_abs_err = r.max_abs_drift;
+    c.max_rel_err = r.param_drift;
+    c.tolerance = bound;
+    c.detail = d.str();
+    checks.push_back(std::move(c));
+  };
+  add(f32, f32.param_drift < 1e-5, 1e-5, "drift < 1e-5");
+  add(f16, f16.param_drift > 50 * f16m.param_drift, 50 * f16m.param_drift,
+      "drift > 50 x f16 master_fp32's (what the master copy saves; a lower bound)");
+  add(f16m, f16m.param_drift < 1e-3, 1e-3, "drift < 1e-3");
+  add(bf16, bf16.param_drift > 5 * bf16sr.param_drift && bf16.loss > 50 * bf16.reference_loss,
+      5 * bf16sr.param_drift,
+      "drift > 5 x bf16 stochastic_rounding's and loss > 50 x fp64's (the stall without a master copy; lower "
+      "bounds)");
+  add(bf16m, bf16m.param_drift < 0.01 && bf16m.loss < 1.01 * bf16m.reference_loss, 0.01,
+      "drift < 0.01 and loss < 1.01 x fp64's");
+  add(bf16sr, bf16sr.param_drift > 10 * bf16m.param_drift && bf16sr.loss < 1.1 * bf16sr.reference_loss,
+      10 * bf16m.param_drift, "drift > 10 x bf16 master_fp32's (a lower bound) and loss < 1.1 x fp64's");
+  return checks;
 }
 
 }  // namespace seqbench::trainer

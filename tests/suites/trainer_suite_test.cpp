@@ -111,5 +111,26 @@ TEST(TrainerSuite, QuickKeepsTheTwoSmallestModels) {
                                           "sgd/bert-base"}));
 }
 
+// SuiteOptions::tiny (tests/simt): one synthetic model of odd-sized tensors, hand-counted from
+// fairseq's transformer at d 21, ffn 50, vocab 997, 2 + 2 layers:
+//   embedding 997·21 = 20,937
+//   encoder layer: 4 projections (21·21 + 21) + fc1 (21·50 + 50) + fc2 (50·21 + 21) + 2 LayerNorms
+//     (2·21) = 1,848 + 1,100 + 1,071 + 84 = 4,103, in 16 tensors
+//   decoder layer: 8 projections + fc1 + fc2 + 3 LayerNorms = 3,696 + 1,100 + 1,071 + 126 = 5,993,
+//     in 26 tensors
+//   total 20,937 + 2·4,103 + 2·5,993 = 41,129 in 1 + 32 + 52 = 85 tensors.
+TEST(TrainerSuite, TinyHasOneOddSizedModel) {
+  const SuiteSpec tiny = trainer_suite(SuiteOptions{.quick = true, .tiny = true});
+  ASSERT_EQ(tiny.experiments.size(), 2u);
+  for (const ExperimentSpec& e : tiny.experiments) {
+    EXPECT_EQ(e.params.at("model").get<std::string>(), "tiny-transformer") << e.name;
+    EXPECT_EQ(e.params.at("parameters").get<std::uint64_t>(), 41129u) << e.name;
+    EXPECT_EQ(e.params.at("tensors").get<std::uint64_t>(), 85u) << e.name;
+    EXPECT_TRUE(e.prepare) << e.name;
+  }
+  EXPECT_EQ(tiny.experiments[0].name, "adam/tiny-transformer");
+  EXPECT_EQ(tiny.experiments[1].name, "sgd/tiny-transformer");
+}
+
 }  // namespace
 }  // namespace seqbench

@@ -12,41 +12,42 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
-#include <map>
+
+#include "core/error.h"
 
 namespace seqbench::trainer {
 namespace {
 
+// The bounds are drift_study_checks' (trainer/drift_study.h), which the trainer suite also reports.
 TEST(DriftStudy, PrecisionModesOrderAsMeasured) {
-  const std::vector<DriftResult> results = run_drift_study(DriftStudyOptions{});
-  std::map<std::pair<DType, PrecisionMode>, DriftResult> by;
-  for (const DriftResult& r : results) {
-    std::cout << dtype_name(r.dtype) << " " << precision_mode_name(r.mode) << ": drift " << r.param_drift
-              << ", max |dw| " << r.max_abs_drift << ", loss " << r.loss << " (fp64 " << r.reference_loss
-              << ", start " << r.initial_loss << ")\n";
-    by[{r.dtype, r.mode}] = r;
+  const DriftStudyOptions options;
+  const std::vector<DriftResult> results = run_drift_study(options);
+  const std::vector<CheckResult> checks = drift_study_checks(results, options);
+  ASSERT_EQ(checks.size(), results.size());
+  for (const CheckResult& c : checks) {
+    std::cout << c.name << ": " << c.detail << "\n";
+    EXPECT_TRUE(c.passed) << c.name << ": " << c.detail;
   }
-  const auto& f32 = by.at({DType::f32, PrecisionMode::no_master});
-  const auto& f16 = by.at({DType::f16, PrecisionMode::no_master});
-  const auto& f16m = by.at({DType::f16, PrecisionMode::master_fp32});
-  const auto& bf16 = by.at({DType::bf16, PrecisionMode::no_master});
-  const auto& bf16m = by.at({DType::bf16, PrecisionMode::master_fp32});
-  const auto& bf16sr = by.at({DType::bf16, PrecisionMode::stochastic_rounding});
+}
 
-  EXPECT_LT(f32.param_drift, 1e-5);
-  // master copy < stochastic rounding < no master, in bf16 (measured 0.0026 < 0.069 < 0.80).
-  EXPECT_LT(bf16m.param_drift * 10, bf16sr.param_drift);
-  EXPECT_LT(bf16sr.param_drift * 5, bf16.param_drift);
-  EXPECT_LT(bf16m.param_drift, 0.01);
-  // In fp16 the master copy helps as much (0.00028 against 0.075).
-  EXPECT_LT(f16m.param_drift * 50, f16.param_drift);
-  EXPECT_LT(f16m.param_drift, 0.001);
-  // Without a master copy bf16 training stalls: Adam's steps of ~lr = 1e-3 are below half a bf16
-  // ulp for |w| >= 0.25, so most updates round away (loss 655 against 2.64). Stochastic rounding
-  // recovers the fp64 loss within a few percent.
-  EXPECT_GT(bf16.loss, 50 * bf16.reference_loss);
-  EXPECT_LT(bf16sr.loss, 1.1 * bf16sr.reference_loss);
-  EXPECT_LT(bf16m.loss, 1.01 * bf16m.reference_loss);
+// A change that costs accuracy fails its case's check: the same results with bf16's master copy
+// drifting as far as stochastic rounding fail bf16/master_fp32 and bf16/stochastic_rounding.
+TEST(DriftStudy, ChecksFailAWorseMasterCopy) {
+  const DriftStudyOptions options;
+  std::vector<DriftResult> results = run_drift_study(options);
+  const DriftResult* sr = nullptr;
+  for (const DriftResult& r : results)
+    if (r.dtype == DType::bf16 && r.mode == PrecisionMode::stochastic_rounding) sr = &r;
+  ASSERT_NE(sr, nullptr);
+  for (DriftResult& r : results)
+    if (r.dtype == DType::bf16 && r.mode == PrecisionMode::master_fp32) r.param_drift = sr->param_drift;
+  for (const CheckResult& c : drift_study_checks(results, options)) {
+    const bool hit =
+        c.name == "trainer/drift/bf16/master_fp32" || c.name == "trainer/drift/bf16/stochastic_rounding";
+    EXPECT_EQ(c.passed, !hit) << c.name << ": " << c.detail;
+  }
+  results.pop_back();
+  EXPECT_THROW(drift_study_checks(results, options), Error);
 }
 
 }  // namespace
