@@ -84,9 +84,10 @@ struct SuiteSpec {
 
 struct SuiteOptions {
   bool quick = false;  // smaller shapes, for smoke runs
-  // The operator suite's smallest shapes and two calls a sample (the other suites ignore it): for
-  // running its timing path where kernels are slow, under tests/simt's CPU emulation. Not a
-  // measurement, and not offered by the command line.
+  // Shapes small enough for the suites' timing paths to run where kernels are slow, under
+  // tests/simt's CPU emulation: the operator suite's smallest shapes at two calls a sample, the
+  // trainer suite's one synthetic model of odd-sized tensors, the layers suite's small layer (see
+  // each suite). Not a measurement, and not offered by the command line.
   bool tiny = false;
 };
 

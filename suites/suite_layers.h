@@ -43,6 +43,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -54,14 +55,34 @@ namespace seqbench {
 inline constexpr double kMemoryRatioTarget = 0.7;
 inline constexpr int kMemorySteps = 24;
 inline constexpr int kMemoryStepsQuick = 6;
+inline constexpr int kMemoryStepsTiny = 3;
 
-// The layers suite's layer: transformer-big's per-layer config (hidden 1024, ffn 4096, 16 heads,
-// pre-LN, ReLU, its dropouts) with the given maxima and dtype.
-layers::LayerConfig layers_suite_config(DType dtype, int max_batch_tokens, int max_seq_len);
+// The shapes of the layers suite at one SuiteOptions: the layer (transformer-big's kind: pre-LN,
+// ReLU, its dropouts) at `hidden`, `ffn` and `heads`, the batch tokens of every experiment, the
+// sequence lengths swept (the last is max_seq_len), the memory loop's steps and the vocabulary of
+// the embedding and criterion layers.
+//   full   transformer-big (1024, 4096, 16 heads), 8192 tokens, L {32, 64, 128, 256}, 24 steps, 32000
+//   quick  transformer-big, 4096 tokens, L {64, 128}, 6 steps, 32000
+//   tiny   model "tiny" (tests/simt only, SuiteOptions::tiny): hidden 36, ffn 68, 4 heads (head size
+//          9: no width a multiple of 8), 96 tokens, L {13, 24} (13 does not divide 96), 3 steps,
+//          vocab 1003: every experiment's and memory loop's code, at sizes CPU fibers can run
+struct LayersSuiteShapes {
+  std::string model;  // the params' "model"
+  int hidden = 0, ffn = 0, heads = 0;
+  int tokens = 0;
+  std::vector<int> lengths;
+  int memory_steps = 0;
+  int vocab = 0;
+  // Whether the experiments dump (`seqbench dump`): its parity instances (suites/layers/dump.cu)
+  // are transformer-big's at vocab 32000, so the tiny shapes' experiments have none.
+  bool dumps = true;
+};
+LayersSuiteShapes layers_suite_shapes(const SuiteOptions& options);
 
-// The sequence lengths the timing experiments sweep and their batch tokens.
-std::vector<int> layers_suite_lengths(bool quick);
-int layers_suite_tokens(bool quick);
+// The layers suite's layer: transformer-big's per-layer config (pre-LN, ReLU, its dropouts) at the
+// shapes' hidden, ffn and heads, with the given maxima and dtype.
+layers::LayerConfig layers_suite_config(const LayersSuiteShapes& shapes, DType dtype, int max_batch_tokens,
+                                        int max_seq_len);
 
 // GEMM FLOPs of one forward of an encoder layer on B sentences of L tokens (T = B·L):
 //   2·T·H·(3H + H + 2·ffn)   the QKV, output, fc1 and fc2 projections

@@ -1,7 +1,7 @@
 // The criterion layer's experiments (Fig. 19: forward and backward, baseline vs managed, over
 // sequence lengths; the contract in suites/suite_layers.h and suites/layers/README.md).
 //
-// Layer: label-smoothed cross-entropy over vocab 32000, ε = 0.1, fairseq's convention, padding
+// Layer: label-smoothed cross-entropy over the shapes' vocab (32000), ε = 0.1, fairseq's convention, padding
 // targets (index 1) ignored, rows = the batch's B·L tokens. Variants: "baseline"
 // (BaselineCriterionLayer on a CachingAllocator: log_softmax writing logp in T, the NLL/smoothing
 // kernel, totals; backward the five autograd launches from logp) and "managed" (CriterionLayer:
@@ -98,12 +98,12 @@ layers::CriterionLayerConfig layers_suite_criterion_config(DType dtype, int max_
 
 namespace {
 
-ExperimentSpec criterion_experiment(DType dtype, int tokens, int L, bool backward) {
-  const layers::CriterionLayerConfig c = layers_suite_criterion_config(dtype, tokens);
-  const std::int64_t B = tokens / L, N = B * L, V = kLayersSuiteVocab;
+ExperimentSpec criterion_experiment(const LayersSuiteShapes& shapes, DType dtype, int L, bool backward) {
+  const layers::CriterionLayerConfig c = layers_suite_criterion_config(dtype, shapes.tokens);
+  const std::int64_t B = shapes.tokens / L, N = B * L, V = shapes.vocab;
   const std::vector<std::int64_t> lengths = layers_suite_sentence_lengths(B, L, kInputSeed);
   const std::vector<std::int32_t> targets =
-      layers_suite_tokens_with_padding(lengths, L, kLayersSuiteVocab, kInputSeed + 4);
+      layers_suite_tokens_with_padding(lengths, L, shapes.vocab, kInputSeed + 4);
   std::int64_t counted = 0;
   for (const std::int32_t t : targets) counted += t != kLayersSuitePaddingIdx ? 1 : 0;
   const double s = static_cast<double>(dtype_size(dtype)), v = static_cast<double>(V);
@@ -126,17 +126,14 @@ ExperimentSpec criterion_experiment(DType dtype, int tokens, int L, bool backwar
     return dispatch_dtype(
         c.dtype, [&](auto tag) { return prepare_criterion<decltype(tag)>(c, targets, V, backward); });
   };
-  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
+  if (shapes.dumps) enable_layer_dump(e);  // dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 
 }  // namespace
 
 void add_criterion_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  add_layer_sweep(suite, options,
-                  [](DType dtype, int tokens, int, int L, bool backward) {  // no max_len: rows only
-                    return criterion_experiment(dtype, tokens, L, backward);
-                  });
+  add_layer_sweep(suite, options, criterion_experiment);
 }
 
 }  // namespace seqbench::layer_experiments

@@ -81,20 +81,20 @@ PreparedExperiment prepare_decoder_timing(const LayerConfig& c, std::int64_t B, 
   return p;
 }
 
-ExperimentSpec decoder_timing_experiment(DType dtype, int tokens, int max_len, int L, bool backward) {
-  const LayerConfig c = layers_suite_config(dtype, tokens, max_len);
-  const std::int64_t B = tokens / L;
+ExperimentSpec decoder_timing_experiment(const LayersSuiteShapes& shapes, DType dtype, int L, bool backward) {
+  const LayerConfig c = layers_suite_config(shapes, dtype, shapes.tokens, shapes.lengths.back());
+  const std::int64_t B = shapes.tokens / L;
   const std::int64_t S = L;  // the encoder output's length: the contract's S = L (DecoderPair)
   const double flops = decoder_layer_gemm_flops(c, B, L, S, backward);
   // bytes 0: the layer is GEMM-bound; TFLOP/s from the GEMM FLOPs is its figure of merit.
   ExperimentSpec e = layer_experiment("decoder", dtype, B, L, backward, 0.0, flops, /*keep_variant=*/true);
-  add_gemm_layer_params(e.params, c, flops);
+  add_gemm_layer_params(e.params, shapes.model, c, flops);
   e.params["src_len"] = S;
   e.prepare = [c, B, L, backward] {
     return dispatch_dtype(c.dtype,
                           [&](auto tag) { return prepare_decoder_timing<decltype(tag)>(c, B, L, backward); });
   };
-  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
+  if (shapes.dumps) enable_layer_dump(e);  // dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 
@@ -104,8 +104,8 @@ void add_decoder_experiments(SuiteSpec& suite, const SuiteOptions& options) {
   add_layer_sweep(suite, options, decoder_timing_experiment);
 }
 
-std::vector<CheckResult> decoder_memory_checks(bool quick, std::uint64_t seed) {
-  return layer_memory_checks<DecoderPair>(quick, seed);
+std::vector<CheckResult> decoder_memory_checks(const LayersSuiteShapes& shapes, std::uint64_t seed) {
+  return layer_memory_checks<DecoderPair>(shapes, seed);
 }
 
 }  // namespace seqbench::layer_experiments

@@ -78,8 +78,8 @@ ParitySpec parity_spec(const nlohmann::json& params) {
 
 // The parity configs: the suite's, at the parity shape, every dropout 0.
 layers::LayerConfig parity_layer_config(DType dtype, std::int64_t batch, std::int64_t seq_len) {
-  layers::LayerConfig c =
-      layers_suite_config(dtype, static_cast<int>(batch * seq_len), static_cast<int>(seq_len));
+  layers::LayerConfig c = layers_suite_config(layers_suite_shapes(SuiteOptions{}), dtype,
+                                              static_cast<int>(batch * seq_len), static_cast<int>(seq_len));
   c.attn_dropout = c.activation_dropout = c.hidden_dropout = 0.0;
   c.validate();
   return c;
@@ -87,7 +87,8 @@ layers::LayerConfig parity_layer_config(DType dtype, std::int64_t batch, std::in
 
 layers::EmbeddingLayerConfig parity_embedding_config(DType dtype, std::int64_t batch, std::int64_t seq_len) {
   layers::EmbeddingLayerConfig c =
-      layers_suite_embedding_config(dtype, static_cast<int>(batch * seq_len), static_cast<int>(seq_len));
+      layers_suite_embedding_config(layers_suite_shapes(SuiteOptions{}), dtype,
+                                    static_cast<int>(batch * seq_len), static_cast<int>(seq_len));
   c.dropout = 0.0;
   c.validate();
   return c;

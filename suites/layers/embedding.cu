@@ -1,7 +1,8 @@
 // The embedding layer's experiments (Fig. 19: forward and backward, baseline vs managed, over
 // sequence lengths; the contract in suites/suite_layers.h and suites/layers/README.md).
 //
-// Layer: layers_suite_embedding_config: vocab 32000, hidden 1024 (transformer-big), padding_idx 1,
+// Layer: layers_suite_embedding_config: vocab 32000, hidden 1024 (transformer-big; the tiny shapes'
+// differ: suites/suite_layers.h), padding_idx 1,
 // sinusoidal positions indexed by the non-padding count from position_offset 2 (fairseq's
 // make_positions: padding_idx + 1), scale sqrt(1024) = 32, dropout = the layer config's hidden_dropout (0.3),
 // deterministic (sorted) backward for the managed layer. Variants: "baseline"
@@ -96,11 +97,11 @@ PreparedExperiment prepare_embedding(const layers::EmbeddingLayerConfig& c,
 
 }  // namespace
 
-layers::EmbeddingLayerConfig layers_suite_embedding_config(DType dtype, int max_batch_tokens,
-                                                           int max_seq_len) {
-  const layers::LayerConfig layer = layers_suite_config(dtype, max_batch_tokens, max_seq_len);
+layers::EmbeddingLayerConfig layers_suite_embedding_config(const LayersSuiteShapes& shapes, DType dtype,
+                                                           int max_batch_tokens, int max_seq_len) {
+  const layers::LayerConfig layer = layers_suite_config(shapes, dtype, max_batch_tokens, max_seq_len);
   layers::EmbeddingLayerConfig c;
-  c.vocab_size = kLayersSuiteVocab;
+  c.vocab_size = shapes.vocab;
   c.embedding_dim = layer.hidden;
   c.max_batch_tokens = max_batch_tokens;
   c.max_seq_len = max_seq_len;
@@ -143,9 +144,10 @@ std::vector<std::int32_t> layers_suite_tokens_with_padding(const std::vector<std
 
 namespace {
 
-ExperimentSpec embedding_experiment(DType dtype, int tokens, int max_len, int L, bool backward) {
-  const layers::EmbeddingLayerConfig c = layers_suite_embedding_config(dtype, tokens, max_len);
-  const std::int64_t B = tokens / L, N = B * L;
+ExperimentSpec embedding_experiment(const LayersSuiteShapes& shapes, DType dtype, int L, bool backward) {
+  const layers::EmbeddingLayerConfig c =
+      layers_suite_embedding_config(shapes, dtype, shapes.tokens, shapes.lengths.back());
+  const std::int64_t B = shapes.tokens / L, N = B * L;
   const std::vector<std::int64_t> lengths = layers_suite_sentence_lengths(B, L, kInputSeed);
   const std::vector<std::int32_t> host_tokens =
       layers_suite_tokens_with_padding(lengths, L, c.vocab_size, kInputSeed + 2);
@@ -184,7 +186,7 @@ ExperimentSpec embedding_experiment(DType dtype, int tokens, int max_len, int L,
     return dispatch_dtype(
         c.dtype, [&](auto tag) { return prepare_embedding<decltype(tag)>(c, host_tokens, B, L, backward); });
   };
-  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
+  if (shapes.dumps) enable_layer_dump(e);  // dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 

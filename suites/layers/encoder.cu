@@ -70,18 +70,18 @@ PreparedExperiment prepare_timing(const LayerConfig& c, std::int64_t B, std::int
   return p;
 }
 
-ExperimentSpec timing_experiment(DType dtype, int tokens, int max_len, int L, bool backward) {
-  const LayerConfig c = layers_suite_config(dtype, tokens, max_len);
-  const std::int64_t B = tokens / L;
+ExperimentSpec timing_experiment(const LayersSuiteShapes& shapes, DType dtype, int L, bool backward) {
+  const LayerConfig c = layers_suite_config(shapes, dtype, shapes.tokens, shapes.lengths.back());
+  const std::int64_t B = shapes.tokens / L;
   const double flops = encoder_layer_gemm_flops(c, B, L, backward);
   // bytes 0: the layer is GEMM-bound; TFLOP/s from the GEMM FLOPs is its figure of merit.
   ExperimentSpec e = layer_experiment("encoder", dtype, B, L, backward, 0.0, flops, /*keep_variant=*/true);
-  add_gemm_layer_params(e.params, c, flops);
+  add_gemm_layer_params(e.params, shapes.model, c, flops);
   e.prepare = [c, B, L, backward] {
     return dispatch_dtype(c.dtype,
                           [&](auto tag) { return prepare_timing<decltype(tag)>(c, B, L, backward); });
   };
-  enable_layer_dump(e);  // suites/layers/dump.cu: a dropout-free parity instance, for `seqbench dump`
+  if (shapes.dumps) enable_layer_dump(e);  // dump.cu: a dropout-free parity instance, for `seqbench dump`
   return e;
 }
 
@@ -91,8 +91,8 @@ void add_encoder_experiments(SuiteSpec& suite, const SuiteOptions& options) {
   add_layer_sweep(suite, options, timing_experiment);
 }
 
-std::vector<CheckResult> encoder_memory_checks(bool quick, std::uint64_t seed) {
-  return layer_memory_checks<EncoderPair>(quick, seed);
+std::vector<CheckResult> encoder_memory_checks(const LayersSuiteShapes& shapes, std::uint64_t seed) {
+  return layer_memory_checks<EncoderPair>(shapes, seed);
 }
 
 }  // namespace seqbench::layer_experiments

@@ -75,8 +75,8 @@ struct EncoderStackPair {
 
 }  // namespace
 
-std::vector<CheckResult> encoder_stack_memory_checks(bool quick, std::uint64_t seed) {
-  return layer_memory_checks<EncoderStackPair>(quick, seed);
+std::vector<CheckResult> encoder_stack_memory_checks(const LayersSuiteShapes& shapes, std::uint64_t seed) {
+  return layer_memory_checks<EncoderStackPair>(shapes, seed);
 }
 
 }  // namespace seqbench::layer_experiments

@@ -339,6 +339,11 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
   GemmProblem plain = plain_problem(o, st.a.data(), st.b.data(), nullptr, rows, hidden, ffn);
   const kernels::DropoutConfig dropout{o.dropout ? p : 0.0f, kDropoutSeed, 2};
   const float sign_range = 3.0f;  // pre-activations z (and ff1_raw) drawn in [-3, 3]
+  // The GELU input matrix's row pitch: cuBLASLt wants a multiple of 8 (layers/gemm.h), so a width
+  // that is not one (an ffn of 68) gets padded rows; the pad columns are neither written nor read,
+  // and the minimal bytes count none of them.
+  const std::int64_t aux_ld = (s.n + 7) / 8 * 8;
+  const std::size_t n_aux = count(s.m, aux_ld);
 
   switch (o.epilogue) {
     case GemmEpilogue::bias_relu:
@@ -349,7 +354,7 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
       fill(st.bias, seed++, -0.05f, 0.05f);
       st.raw = DeviceBuffer<T>(n_out);  // the separate GEMM's output
       if (o.dropout) st.tmp = DeviceBuffer<T>(n_out);
-      if (o.epilogue == GemmEpilogue::bias_gelu_tanh_aux) st.aux = DeviceBuffer<T>(n_out);
+      if (o.epilogue == GemmEpilogue::bias_gelu_tanh_aux) st.aux = DeviceBuffer<T>(n_aux);
       if (o.residual) {
         st.residual = DeviceBuffer<T>(n_out);
         fill(st.residual, seed++, -1.0f, 1.0f);
@@ -362,7 +367,7 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
       st.dbias = DeviceBuffer<T>(static_cast<std::size_t>(s.n));
       st.raw = DeviceBuffer<T>(n_out);
       st.tmp = DeviceBuffer<T>(n_out);
-      st.aux = DeviceBuffer<T>(n_out);
+      st.aux = DeviceBuffer<T>(n_aux);
       fill(st.bias, seed++, -0.05f, 0.05f);
       fill(st.tmp, seed++, -sign_range, sign_range);
       fill(st.aux, seed++, -sign_range, sign_range);
@@ -392,7 +397,7 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
       st.epilogue.bias = st.bias.data();
       if (o.epilogue == GemmEpilogue::bias_gelu_tanh_aux) {
         st.epilogue.aux = st.aux.data();
-        st.epilogue.aux_ld = s.n;
+        st.epilogue.aux_ld = aux_ld;
       }
       if (o.residual) {
         st.epilogue.c = st.residual.data();
@@ -403,7 +408,7 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
       st.epilogue.d = st.out.data();
       st.epilogue.bias = st.dbias.data();
       st.epilogue.aux = st.aux.data();
-      st.epilogue.aux_ld = s.n;
+      st.epilogue.aux_ld = aux_ld;
       break;
     case GemmEpilogue::bgrad_a:
       st.epilogue.d = st.out.data();
@@ -488,8 +493,9 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
   return prepared;
 }
 
-ExperimentSpec epilogue_experiment(EpilogueOp op, DType dtype, std::int64_t rows) {
-  const layers::LayerConfig c = layers::preset("transformer-big").layer;
+ExperimentSpec epilogue_experiment(const LayersSuiteShapes& shapes, EpilogueOp op, DType dtype) {
+  const std::int64_t rows = shapes.tokens;
+  const layers::LayerConfig c = layers_suite_config(shapes, dtype, shapes.tokens, shapes.lengths.back());
   const std::int64_t hidden = c.hidden, ffn = c.ffn;
   const float p = static_cast<float>(c.activation_dropout);
   const OpInfo o = info(op);
@@ -507,7 +513,7 @@ ExperimentSpec epilogue_experiment(EpilogueOp op, DType dtype, std::int64_t rows
               {"epilogue", std::string(layers::gemm_epilogue_name(o.epilogue))},
               {"activation", o.has_activation ? kernels::activation_name(o.activation) : "none"},
               {"dropout_p", o.dropout ? std::round(static_cast<double>(p) * 1e6) / 1e6 : 0.0},
-              {"model", "transformer-big"},
+              {"model", shapes.model},
               {"tokens", rows}};
   e.baseline = "separate";
   e.variants = {{"separate", 0.0, flops}, {"epilogue", 0.0, flops}};
@@ -521,9 +527,9 @@ ExperimentSpec epilogue_experiment(EpilogueOp op, DType dtype, std::int64_t rows
 }  // namespace
 
 void add_gemm_epilogue_experiments(SuiteSpec& suite, const SuiteOptions& options) {
-  const std::int64_t rows = layers_suite_tokens(options.quick);
+  const LayersSuiteShapes shapes = layers_suite_shapes(options);
   for (const DType dtype : kLayerDTypes)
-    for (const EpilogueOp op : kOps) suite.experiments.push_back(epilogue_experiment(op, dtype, rows));
+    for (const EpilogueOp op : kOps) suite.experiments.push_back(epilogue_experiment(shapes, op, dtype));
 }
 
 }  // namespace seqbench::layer_experiments

@@ -16,6 +16,7 @@
 #include "layers/embedding_layer.h"
 #include "suites/dump.h"
 #include "suites/experiment.h"
+#include "suites/suite_layers.h"
 
 namespace seqbench::layer_experiments {
 
@@ -31,13 +32,13 @@ void add_gemm_epilogue_experiments(SuiteSpec& suite, const SuiteOptions& options
 
 // Fig. 20's memory loop (see suites/suite_layers.h), f16 and bf16: over the encoder layer
 // (encoder.cu) and over the decoder layer (decoder.cu); the loop itself is layer_timing.h's.
-std::vector<CheckResult> encoder_memory_checks(bool quick, std::uint64_t seed);
-std::vector<CheckResult> decoder_memory_checks(bool quick, std::uint64_t seed);
+std::vector<CheckResult> encoder_memory_checks(const LayersSuiteShapes& shapes, std::uint64_t seed);
+std::vector<CheckResult> decoder_memory_checks(const LayersSuiteShapes& shapes, std::uint64_t seed);
 // ... and over transformer-big's encoder as a stack of kEncoderStackLayers (encoder_stack.cu):
 // EncoderStack (one block) against BaselineEncoderStack (eager layers chained through a caching
 // allocator).
 inline constexpr int kEncoderStackLayers = 6;
-std::vector<CheckResult> encoder_stack_memory_checks(bool quick, std::uint64_t seed);
+std::vector<CheckResult> encoder_stack_memory_checks(const LayersSuiteShapes& shapes, std::uint64_t seed);
 
 // What the memory loop measured of one layer (layer_timing.h run_memory_loop).
 struct LoopStats {
@@ -60,34 +61,36 @@ std::string memory_check_prefix(const std::string& layer, DType dtype);
 // memory_loop_layers(), each dtype (f16, bf16): <prefix>peak_ratio, <prefix>steady_state_allocations.
 std::vector<std::string> memory_check_names();
 
-// The two checks of one layer's loop from its measurements (host only): "peak_ratio" passes when
+// The two checks of one layer's loop from its measurements (host only; `model` names the layer's
+// shapes in the details, LayersSuiteShapes::model): "peak_ratio" passes when
 // managed.peak_bytes / eager.peak_bytes <= kMemoryRatioTarget (eager: the baseline; a baseline
 // peak of 0 fails),
 // "steady_state_allocations" when managed.loop_allocations == 0; the details give the shapes, the
 // seed and every number of both layers. `kept` (optional) is the same loop's managed layer with
 // Recompute::none: its peak and ratio are reported in peak_ratio's detail, not checked (the check
 // is the default's), so that one run measures what the recomputation saves.
-std::vector<CheckResult> memory_loop_checks(const std::string& layer, DType dtype, std::uint64_t seed,
-                                            int tokens, int max_len,
+std::vector<CheckResult> memory_loop_checks(const std::string& model, const std::string& layer, DType dtype,
+                                            std::uint64_t seed, int tokens, int max_len,
                                             const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
                                             const LoopStats& managed, const LoopStats& eager,
                                             const LoopStats* kept = nullptr);
 
 // --- the embedding and criterion layers (embedding.cu, criterion.cu) ----------------------------
 
-// The token-level settings the embedding and criterion experiments share (fairseq's): vocabulary,
-// padding index, the share of padding at sentence tails, the criterion's label smoothing.
+// The token-level settings the embedding and criterion experiments share (fairseq's): vocabulary
+// (the full and quick shapes'; LayersSuiteShapes::vocab), padding index, the share of padding at
+// sentence tails, the criterion's label smoothing.
 inline constexpr int kLayersSuiteVocab = 32000;
 inline constexpr int kLayersSuitePaddingIdx = 1;
 inline constexpr double kLayersSuitePadFraction = 0.1;
 inline constexpr double kLayersSuiteEpsilon = 0.1;
 
-// The suite's embedding layer: vocab 32000, hidden = transformer-big's, padding_idx 1,
+// The suite's embedding layer: the shapes' vocab (32000) and hidden (transformer-big's), padding_idx 1,
 // sinusoidal positions by non-padding count from offset padding_idx + 1 (fairseq), scale
 // sqrt(hidden), dropout the layer config's hidden_dropout (transformer-big: 0.3; fairseq applies
 // args.dropout to the embedding output, LightSeq2's embedding layer its config's dropout).
-layers::EmbeddingLayerConfig layers_suite_embedding_config(DType dtype, int max_batch_tokens,
-                                                           int max_seq_len);
+layers::EmbeddingLayerConfig layers_suite_embedding_config(const LayersSuiteShapes& shapes, DType dtype,
+                                                           int max_batch_tokens, int max_seq_len);
 // The suite's criterion: fairseq's convention, ε = 0.1, padding targets ignored.
 layers::CriterionLayerConfig layers_suite_criterion_config(DType dtype, int max_batch_tokens);
 

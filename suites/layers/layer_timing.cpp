@@ -51,8 +51,9 @@ ExperimentSpec layer_experiment(const std::string& layer, DType dtype, std::int6
   return e;
 }
 
-void add_gemm_layer_params(nlohmann::json& params, const layers::LayerConfig& c, double gemm_flops) {
-  params["model"] = "transformer-big";
+void add_gemm_layer_params(nlohmann::json& params, const std::string& model, const layers::LayerConfig& c,
+                           double gemm_flops) {
+  params["model"] = model;
   params["hidden"] = c.hidden;
   params["ffn"] = c.ffn;
   params["heads"] = c.heads;
@@ -96,8 +97,8 @@ std::string mib(std::size_t bytes) {
 
 }  // namespace
 
-std::vector<CheckResult> memory_loop_checks(const std::string& layer, DType dtype, std::uint64_t seed,
-                                            int tokens, int max_len,
+std::vector<CheckResult> memory_loop_checks(const std::string& model, const std::string& layer, DType dtype,
+                                            std::uint64_t seed, int tokens, int max_len,
                                             const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
                                             const LoopStats& managed, const LoopStats& eager,
                                             const LoopStats* kept) {
@@ -106,7 +107,7 @@ std::vector<CheckResult> memory_loop_checks(const std::string& layer, DType dtyp
     shape_list << (i ? " " : "") << shapes[i].first << "x" << shapes[i].second;
   const std::string prefix = memory_check_prefix(layer, dtype);
   std::ostringstream common;
-  common << "transformer-big "
+  common << model << " "
          << (layer == "encoder_stack" ? "encoder stack of " + std::to_string(kEncoderStackLayers) + " layers"
                                       : layer + " layer")
          << (layer == "decoder" ? " (encoder_out of the step's target length)" : "") << ", " << shapes.size()

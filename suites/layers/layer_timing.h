@@ -84,22 +84,21 @@ PreparedExperiment time_pair(const PairWork& work, bool backward);
 ExperimentSpec layer_experiment(const std::string& layer, DType dtype, std::int64_t batch, std::int64_t len,
                                 bool backward, double bytes, double flops, bool keep_variant = false);
 
-// The params of a GEMM-bound layer (encoder, decoder): model "transformer-big", hidden, ffn, heads,
+// The params of a GEMM-bound layer (encoder, decoder): model (the shapes'), hidden, ffn, heads,
 // pre_layer_norm, activation, attn_dropout, activation_dropout, hidden_dropout, max_batch_tokens,
 // max_seq_len from its config, and gemm_flops.
-void add_gemm_layer_params(nlohmann::json& params, const layers::LayerConfig& c, double gemm_flops);
+void add_gemm_layer_params(nlohmann::json& params, const std::string& model, const layers::LayerConfig& c,
+                           double gemm_flops);
 
-// suite.experiments gets make(dtype, tokens, max_len, L, backward) for each dtype of kLayerDTypes,
-// backward false then true, and L of layers_suite_lengths(quick) in that order; tokens =
-// layers_suite_tokens(quick), max_len the longest length.
+// suite.experiments gets make(shapes, dtype, L, backward) for each dtype of kLayerDTypes, backward
+// false then true, and L of the shapes' lengths in that order, shapes = layers_suite_shapes(options)
+// (batch tokens shapes.tokens, max_seq_len shapes.lengths.back()).
 template <class Make>
 void add_layer_sweep(SuiteSpec& suite, const SuiteOptions& options, Make&& make) {
-  const int tokens = layers_suite_tokens(options.quick);
-  const std::vector<int> lengths = layers_suite_lengths(options.quick);
+  const LayersSuiteShapes shapes = layers_suite_shapes(options);
   for (const DType dtype : kLayerDTypes)
     for (const bool backward : {false, true})
-      for (const int L : lengths)
-        suite.experiments.push_back(make(dtype, tokens, lengths.back(), L, backward));
+      for (const int L : shapes.lengths) suite.experiments.push_back(make(shapes, dtype, L, backward));
 }
 
 // f(T{}) for the element type T of each dtype of kLayerDTypes, the results concatenated.
@@ -239,26 +238,26 @@ LoopStats run_memory_loop(const layers::LayerConfig& c, typename Pair::Data& dat
 // same memory_loop_shapes, on one Data of max_batch_tokens rows; the managed layer once more with
 // Recompute::none, reported beside the check.
 template <class Pair>
-std::vector<CheckResult> pair_memory_checks(bool quick, std::uint64_t seed) {
+std::vector<CheckResult> pair_memory_checks(const LayersSuiteShapes& sh, std::uint64_t seed) {
   const DType dtype = DTypeTraits<typename Pair::Value>::dtype;
-  const int tokens = layers_suite_tokens(quick);
-  const std::vector<int> lengths = layers_suite_lengths(quick);
-  const int max_len = lengths.back();
-  const layers::LayerConfig c = layers_suite_config(dtype, tokens, max_len);
-  const auto shapes = memory_loop_shapes(seed, quick ? kMemoryStepsQuick : kMemorySteps, tokens, max_len);
+  const int tokens = sh.tokens;
+  const int max_len = sh.lengths.back();
+  const layers::LayerConfig c = layers_suite_config(sh, dtype, tokens, max_len);
+  const auto shapes = memory_loop_shapes(seed, sh.memory_steps, tokens, max_len);
   typename Pair::Data data(c, static_cast<std::size_t>(tokens));
   const LoopStats managed = run_memory_loop<Pair>(c, data, false, shapes);
   const LoopStats kept = run_memory_loop<Pair>(c, data, false, shapes, layers::Recompute::none);
   const LoopStats eager = run_memory_loop<Pair>(c, data, true, shapes);
-  return memory_loop_checks(Pair::layer(), dtype, seed, tokens, max_len, shapes, managed, eager, &kept);
+  return memory_loop_checks(sh.model, Pair::layer(), dtype, seed, tokens, max_len, shapes, managed, eager,
+                            &kept);
 }
 
-// layer_memory_checks<EncoderPair>(quick, seed): the Pair's memory checks for every dtype of
+// layer_memory_checks<EncoderPair>(shapes, seed): the Pair's memory checks for every dtype of
 // kLayerDTypes.
 template <template <class> class Pair>
-std::vector<CheckResult> layer_memory_checks(bool quick, std::uint64_t seed) {
+std::vector<CheckResult> layer_memory_checks(const LayersSuiteShapes& shapes, std::uint64_t seed) {
   return checks_for_layer_dtypes(
-      [&](auto tag) { return pair_memory_checks<Pair<decltype(tag)>>(quick, seed); });
+      [&](auto tag) { return pair_memory_checks<Pair<decltype(tag)>>(shapes, seed); });
 }
 
 }  // namespace seqbench::layer_experiments

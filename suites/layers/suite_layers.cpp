@@ -21,22 +21,43 @@ namespace seqbench {
 
 using layers::LayerConfig;
 
-LayerConfig layers_suite_config(DType dtype, int max_batch_tokens, int max_seq_len) {
+LayersSuiteShapes layers_suite_shapes(const SuiteOptions& options) {
+  LayersSuiteShapes s;
+  if (options.tiny) {
+    s.model = "tiny";
+    s.hidden = 36;
+    s.ffn = 68;
+    s.heads = 4;
+    s.tokens = 96;
+    s.lengths = {13, 24};
+    s.memory_steps = kMemoryStepsTiny;
+    s.vocab = 1003;
+    s.dumps = false;
+    return s;
+  }
+  const LayerConfig big = layers::preset("transformer-big").layer;
+  s.model = "transformer-big";
+  s.hidden = big.hidden;
+  s.ffn = big.ffn;
+  s.heads = big.heads;
+  s.tokens = options.quick ? 4096 : 8192;
+  s.lengths = options.quick ? std::vector<int>{64, 128} : std::vector<int>{32, 64, 128, 256};
+  s.memory_steps = options.quick ? kMemoryStepsQuick : kMemorySteps;
+  s.vocab = layer_experiments::kLayersSuiteVocab;
+  return s;
+}
+
+LayerConfig layers_suite_config(const LayersSuiteShapes& shapes, DType dtype, int max_batch_tokens,
+                                int max_seq_len) {
   LayerConfig c = layers::preset("transformer-big").layer;
+  c.hidden = shapes.hidden;
+  c.ffn = shapes.ffn;
+  c.heads = shapes.heads;
   c.max_batch_tokens = max_batch_tokens;
   c.max_seq_len = max_seq_len;
   c.dtype = dtype;
   c.validate();
   return c;
-}
-
-std::vector<int> layers_suite_lengths(bool quick) {
-  if (quick) return {64, 128};
-  return {32, 64, 128, 256};
-}
-
-int layers_suite_tokens(bool quick) {
-  return quick ? 4096 : 8192;
 }
 
 double encoder_layer_gemm_flops(const LayerConfig& config, std::int64_t batch, std::int64_t len,
@@ -94,17 +115,17 @@ SuiteSpec layers_suite(const SuiteOptions& options) {
   layer_experiments::add_gemm_epilogue_experiments(suite, options);
   layer_experiments::add_embedding_experiments(suite, options);
   layer_experiments::add_criterion_experiments(suite, options);
-  const bool quick = options.quick;
+  const LayersSuiteShapes shapes = layers_suite_shapes(options);
   // Each family on its own (checks_or_failure): one that throws is its failed check, not the suite's end.
-  suite.gpu_checks = [quick](std::uint64_t seed) {
+  suite.gpu_checks = [shapes](std::uint64_t seed) {
     std::vector<CheckResult> all;
     const auto add = [&](const char* name, const std::function<std::vector<CheckResult>()>& family) {
       auto some = checks_or_failure(std::string("layers/gpu/") + name, family);
       all.insert(all.end(), some.begin(), some.end());
     };
-    add("encoder_memory", [&] { return layer_experiments::encoder_memory_checks(quick, seed); });
-    add("decoder_memory", [&] { return layer_experiments::decoder_memory_checks(quick, seed); });
-    add("encoder_stack_memory", [&] { return layer_experiments::encoder_stack_memory_checks(quick, seed); });
+    add("encoder_memory", [&] { return layer_experiments::encoder_memory_checks(shapes, seed); });
+    add("decoder_memory", [&] { return layer_experiments::decoder_memory_checks(shapes, seed); });
+    add("encoder_stack_memory", [&] { return layer_experiments::encoder_stack_memory_checks(shapes, seed); });
     return all;
   };
   return suite;

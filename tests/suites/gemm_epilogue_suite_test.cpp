@@ -48,7 +48,7 @@ TEST(GemmEpilogueExperiments, NamesParamsShapesAndFlops) {
   for (const bool quick : {false, true}) {
     const SuiteSpec s = layers_suite(SuiteOptions{quick});
     const std::int64_t M = quick ? 4096 : 8192, H = 1024, F = 4096;
-    EXPECT_EQ(layers_suite_tokens(quick), M);
+    EXPECT_EQ(layers_suite_shapes(SuiteOptions{quick}).tokens, M);
     const auto size = [&](char c) { return c == 'M' ? M : c == 'H' ? H : F; };
     std::map<std::string, int> seen;  // name -> count
     for (const ExperimentSpec& e : s.experiments) {

@@ -87,12 +87,13 @@ TEST(LayersDump, EveryLayerExperimentDumpsTheManagedParityInstance) {
       EXPECT_TRUE(arrays.count(dtype + ".y") || arrays.count(dtype + ".loss")) << e.name;
       EXPECT_TRUE(arrays.count("f32.y") || arrays.count("f32.loss")) << e.name;
     }
-    EXPECT_EQ(dumping, 4u * 2u * 2u * layers_suite_lengths(quick).size());
+    EXPECT_EQ(dumping, 4u * 2u * 2u * layers_suite_shapes(SuiteOptions{quick}).lengths.size());
   }
 }
 
 TEST(LayersDump, EncoderArrays) {
-  const layers::LayerConfig c = layers_suite_config(DType::bf16, 1024, 256);
+  const layers::LayerConfig c =
+      layers_suite_config(layers_suite_shapes(SuiteOptions{}), DType::bf16, 1024, 256);
   const auto shapes = layers::encoder_layer_parameter_shapes(c);
   ASSERT_EQ(shapes.size(), 12u);
   for (const bool backward : {false, true}) {
@@ -132,7 +133,8 @@ TEST(LayersDump, EncoderArrays) {
 }
 
 TEST(LayersDump, DecoderArrays) {
-  const layers::LayerConfig c = layers_suite_config(DType::f16, 1024, 128);
+  const layers::LayerConfig c =
+      layers_suite_config(layers_suite_shapes(SuiteOptions{}), DType::f16, 1024, 128);
   const auto shapes = layers::decoder_layer_parameter_shapes(c);
   ASSERT_EQ(shapes.size(), 20u);
   const auto fwd = by_name(layer_parity_layout(params_of("decoder", "fwd", "f16", 128)));

@@ -29,9 +29,9 @@ std::vector<const ExperimentSpec*> of_layer(const SuiteSpec& s, const std::strin
 }
 
 // Every <layer>_<dir>/<dtype>/B=<b>,L=<l> name once, and nothing else of that layer.
-void expect_layer_names(const SuiteSpec& s, const std::string& layer, bool quick) {
-  const std::vector<int> lengths = layers_suite_lengths(quick);
-  const int tokens = layers_suite_tokens(quick);
+void expect_layer_names_at(const SuiteSpec& s, const std::string& layer, const LayersSuiteShapes& shapes) {
+  const std::vector<int> lengths = shapes.lengths;
+  const int tokens = shapes.tokens;
   std::set<std::string> names;
   for (const ExperimentSpec* e : of_layer(s, layer)) EXPECT_TRUE(names.insert(e->name).second) << e->name;
   EXPECT_EQ(names.size(), 2u * 2u * lengths.size()) << layer;
@@ -44,14 +44,18 @@ void expect_layer_names(const SuiteSpec& s, const std::string& layer, bool quick
       }
 }
 
+void expect_layer_names(const SuiteSpec& s, const std::string& layer, bool quick) {
+  expect_layer_names_at(s, layer, layers_suite_shapes(SuiteOptions{quick}));
+}
+
 TEST(LayersSuite, NamesParamsAndVariants) {
   for (const bool quick : {false, true}) {
     const SuiteSpec s = layers_suite(SuiteOptions{quick});
     EXPECT_EQ(s.name, "layers");
     EXPECT_TRUE(s.needs_gpu);
     EXPECT_TRUE(static_cast<bool>(s.gpu_checks));
-    const std::vector<int> lengths = layers_suite_lengths(quick);
-    const int tokens = layers_suite_tokens(quick);
+    const std::vector<int> lengths = layers_suite_shapes(SuiteOptions{quick}).lengths;
+    const int tokens = layers_suite_shapes(SuiteOptions{quick}).tokens;
     EXPECT_EQ(tokens, quick ? 4096 : 8192);
     std::set<std::string> names;
     for (const ExperimentSpec& e : s.experiments) EXPECT_TRUE(names.insert(e.name).second) << e.name;
@@ -76,7 +80,8 @@ TEST(LayersSuite, NamesParamsAndVariants) {
       if (layer == "decoder") {
         EXPECT_EQ(e.params.at("src_len").get<int>(), e.params.at("seq_len").get<int>()) << e.name;
         // The suite's layer config (transformer-big's preset), as the encoder's.
-        const layers::LayerConfig c = layers_suite_config(DType::f16, tokens, lengths.back());
+        const layers::LayerConfig c =
+            layers_suite_config(layers_suite_shapes(SuiteOptions{}), DType::f16, tokens, lengths.back());
         EXPECT_EQ(e.params.at("pre_layer_norm").get<bool>(), c.pre_layer_norm) << e.name;
         EXPECT_EQ(e.params.at("activation").get<std::string>(), layers::activation_name(c.activation))
             << e.name;
@@ -112,7 +117,8 @@ TEST(LayersSuite, NamesParamsAndVariants) {
 
 // 2·T·H·(4H + 2·ffn) + 4·B·L²·H forward, twice that backward, by hand for B = 64, L = 128.
 TEST(LayersSuite, GemmFlops) {
-  const layers::LayerConfig c = layers_suite_config(DType::f16, 8192, 256);
+  const layers::LayerConfig c =
+      layers_suite_config(layers_suite_shapes(SuiteOptions{}), DType::f16, 8192, 256);
   const double T = 8192, H = 1024, F = 4096;
   const double fwd = 2 * T * H * (4 * H + 2 * F) + 4 * 64.0 * 128 * 128 * H;
   EXPECT_DOUBLE_EQ(encoder_layer_gemm_flops(c, 64, 128, false), fwd);
@@ -133,7 +139,8 @@ TEST(LayersSuite, GemmFlops) {
 // 2·T·H·4H + 2·T·H·2H + 2·B·S·H·2H + 2·T·H·2·ffn + 4·B·L²·H + 4·B·L·S·H forward, twice that
 // backward, by hand for B = 64, L = S = 128 and for S != L.
 TEST(LayersSuite, DecoderGemmFlops) {
-  const layers::LayerConfig c = layers_suite_config(DType::f16, 8192, 256);
+  const layers::LayerConfig c =
+      layers_suite_config(layers_suite_shapes(SuiteOptions{}), DType::f16, 8192, 256);
   const double B = 64, L = 128, S = 128, T = B * L, H = 1024, F = 4096;
   const double fwd = 2 * T * H * 4 * H + 2 * T * H * 2 * H + 2 * B * S * H * 2 * H + 2 * T * H * 2 * F +
                      4 * B * L * L * H + 4 * B * L * S * H;
@@ -160,7 +167,8 @@ TEST(LayersSuite, DecoderGemmFlops) {
 }
 
 TEST(LayersSuite, ConfigIsTransformerBig) {
-  const layers::LayerConfig c = layers_suite_config(DType::bf16, 4096, 128);
+  const layers::LayerConfig c =
+      layers_suite_config(layers_suite_shapes(SuiteOptions{}), DType::bf16, 4096, 128);
   EXPECT_EQ(c.hidden, 1024);
   EXPECT_EQ(c.ffn, 4096);
   EXPECT_EQ(c.heads, 16);
@@ -235,7 +243,8 @@ TEST(LayersSuite, MemoryLoopChecksFromStats) {
       managed.peak_bytes = 700 * MiB;  // exactly at the target: passes
       managed.peak_reserved_bytes = managed.peak_bytes;
       managed.setup_allocations = 1;
-      std::vector<CheckResult> r = memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, managed, eager);
+      std::vector<CheckResult> r =
+          memory_loop_checks("transformer-big", layer, dtype, 3, 4096, 128, shapes, managed, eager);
       ASSERT_EQ(r.size(), 2u);
       const std::string prefix = layer_experiments::memory_check_prefix(layer, dtype);
       EXPECT_EQ(r[0].name, prefix + "peak_ratio");
@@ -255,7 +264,7 @@ TEST(LayersSuite, MemoryLoopChecksFromStats) {
       LoopStats kept = managed;
       kept.peak_bytes = 900 * MiB;
       const std::vector<CheckResult> with_kept =
-          memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, managed, eager, &kept);
+          memory_loop_checks("transformer-big", layer, dtype, 3, 4096, 128, shapes, managed, eager, &kept);
       EXPECT_TRUE(with_kept[0].passed) << with_kept[0].detail;
       EXPECT_NE(with_kept[0].detail.find("Recompute::none"), std::string::npos) << with_kept[0].detail;
       EXPECT_NE(with_kept[0].detail.find("peak 900.0 MiB, ratio 0.9"), std::string::npos)
@@ -263,13 +272,13 @@ TEST(LayersSuite, MemoryLoopChecksFromStats) {
 
       managed.peak_bytes = 701 * MiB;  // above the target
       managed.loop_allocations = 1;    // one allocation in the loop
-      r = memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, managed, eager);
+      r = memory_loop_checks("transformer-big", layer, dtype, 3, 4096, 128, shapes, managed, eager);
       EXPECT_FALSE(r[0].passed);
       EXPECT_FALSE(r[1].passed);
       EXPECT_EQ(r[1].max_abs_err, 1.0);
 
       LoopStats empty;  // a baseline that allocated nothing cannot pass the ratio
-      r = memory_loop_checks(layer, dtype, 3, 4096, 128, shapes, LoopStats{}, empty);
+      r = memory_loop_checks("transformer-big", layer, dtype, 3, 4096, 128, shapes, LoopStats{}, empty);
       EXPECT_FALSE(r[0].passed);
       EXPECT_TRUE(r[1].passed);
     }
@@ -288,7 +297,7 @@ TEST(LayersSuite, RegisteredAfterTrainer) {
 // The params every layer experiment carries (suites/layers/README.md), the variants, and the inputs'
 // sentence lengths, which must agree with the counts the bytes are computed from.
 void expect_common(const ExperimentSpec& e, const std::string& layer, bool quick) {
-  const int tokens = layers_suite_tokens(quick);
+  const int tokens = layers_suite_shapes(SuiteOptions{quick}).tokens;
   EXPECT_EQ(e.params.at("layer").get<std::string>(), layer) << e.name;
   const std::string dir = e.params.at("direction").get<std::string>();
   EXPECT_TRUE(dir == "fwd" || dir == "bwd") << e.name;
@@ -337,10 +346,11 @@ TEST(LayersSuite, EmbeddingExperiments) {
       EXPECT_EQ(p.at("indexing").get<std::string>(), "nonpad_count");
       EXPECT_EQ(p.at("position_offset").get<int>(), 2);
       EXPECT_DOUBLE_EQ(p.at("scale").get<double>(), 32.0);
-      EXPECT_DOUBLE_EQ(p.at("dropout").get<double>(),
-                       layers_suite_config(DType::f16, 4096, 128).hidden_dropout);
+      EXPECT_DOUBLE_EQ(
+          p.at("dropout").get<double>(),
+          layers_suite_config(layers_suite_shapes(SuiteOptions{}), DType::f16, 4096, 128).hidden_dropout);
       EXPECT_TRUE(p.at("deterministic_backward").get<bool>());
-      EXPECT_EQ(p.at("max_seq_len").get<int>(), layers_suite_lengths(quick).back());
+      EXPECT_EQ(p.at("max_seq_len").get<int>(), layers_suite_shapes(SuiteOptions{quick}).lengths.back());
       // Minimal bytes, by hand (suites/layers/embedding.cu): N = tokens, C non-padding, D distinct.
       const double n = p.at("tokens").get<double>(), H = 1024, V = 32000;
       const double C = p.at("nonpad_tokens").get<double>(), D = p.at("distinct_token_rows").get<double>();
@@ -408,11 +418,50 @@ TEST(LayersSuite, TokensArePaddedAtSentenceTails) {
         EXPECT_EQ(t, kLayersSuitePaddingIdx);
       }
     }
-  const layers::EmbeddingLayerConfig ec = layers_suite_embedding_config(DType::f16, 8192, 256);
+  const layers::EmbeddingLayerConfig ec =
+      layers_suite_embedding_config(layers_suite_shapes(SuiteOptions{}), DType::f16, 8192, 256);
   EXPECT_EQ(ec.position_offset, ec.padding_idx + 1);
   EXPECT_DOUBLE_EQ(ec.effective_scale(), 32.0);
   const layers::CriterionLayerConfig cc = layers_suite_criterion_config(DType::bf16, 8192);
   EXPECT_EQ(cc.padding_idx, std::optional<std::int32_t>(1));
+}
+
+// SuiteOptions::tiny (tests/simt's QuickSuitesGpu): every experiment of the full suite's kinds, at
+// the small layer of suites/suite_layers.h, with no dumps (their parity instances are
+// transformer-big's) and the memory checks still there.
+TEST(LayersSuite, TinyShapesKeepEveryExperimentKindAtTheSmallLayer) {
+  const LayersSuiteShapes sh = layers_suite_shapes(SuiteOptions{.quick = true, .tiny = true});
+  EXPECT_EQ(sh.model, "tiny");
+  EXPECT_EQ(sh.tokens, 96);
+  EXPECT_EQ(sh.lengths, (std::vector<int>{13, 24}));
+  EXPECT_EQ(sh.memory_steps, kMemoryStepsTiny);
+  EXPECT_FALSE(sh.dumps);
+  EXPECT_EQ(sh.hidden % sh.heads, 0);
+  const SuiteSpec tiny = layers_suite(SuiteOptions{.quick = true, .tiny = true});
+  const SuiteSpec quick = layers_suite(SuiteOptions{true});
+  ASSERT_EQ(tiny.experiments.size(), quick.experiments.size());
+  EXPECT_TRUE(static_cast<bool>(tiny.gpu_checks));
+  for (const char* layer : {"encoder", "decoder", "embedding", "criterion"})
+    expect_layer_names_at(tiny, layer, sh);
+  for (const ExperimentSpec& e : tiny.experiments) {
+    EXPECT_TRUE(e.dump_variant.empty()) << e.name;
+    const std::string layer = e.params.value("layer", std::string());
+    if (layer == "encoder" || layer == "decoder") {
+      EXPECT_EQ(e.params.at("model").get<std::string>(), "tiny") << e.name;
+      EXPECT_EQ(e.params.at("hidden").get<int>(), 36) << e.name;
+      EXPECT_EQ(e.params.at("ffn").get<int>(), 68) << e.name;
+      EXPECT_EQ(e.params.at("heads").get<int>(), 4) << e.name;
+    } else if (layer == "embedding" || layer == "criterion") {
+      EXPECT_EQ(e.params.at("vocab").get<int>(), 1003) << e.name;
+    } else {  // the GEMM epilogues: M = tokens, and N or K the layer's hidden or ffn
+      EXPECT_EQ(e.params.at("model").get<std::string>(), "tiny") << e.name;
+      EXPECT_EQ(e.params.at("tokens").get<int>(), 96) << e.name;
+      for (const char* dim : {"n", "k"}) {
+        const int d = e.params.at(dim).get<int>();
+        EXPECT_TRUE(d == 36 || d == 68 || d == 96) << e.name << " " << dim << " " << d;
+      }
+    }
+  }
 }
 
 }  // namespace
