@@ -117,6 +117,7 @@
 #include "layers/config.h"
 #include "layers/gemm.h"
 #include "layers/gemm_shapes.h"
+#include "layers/memory_planner.h"
 #include "suites/layers/layer_experiments.h"
 #include "suites/layers/layer_timing.h"
 #include "suites/operators/check_util.h"
@@ -342,7 +343,7 @@ PreparedExperiment prepare_epilogue(EpilogueOp op, std::int64_t rows, std::int64
   // The GELU input matrix's row pitch: cuBLASLt wants a multiple of 8 (layers/gemm.h), so a width
   // that is not one (an ffn of 68) gets padded rows; the pad columns are neither written nor read,
   // and the minimal bytes count none of them.
-  const std::int64_t aux_ld = (s.n + 7) / 8 * 8;
+  const auto aux_ld = static_cast<std::int64_t>(layers::align_up(static_cast<std::size_t>(s.n), 8));
   const std::size_t n_aux = count(s.m, aux_ld);
 
   switch (o.epilogue) {
