@@ -1,15 +1,22 @@
 #include "trainer/drift_study.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <sstream>
 #include <string>
 
+#include "core/cuda_check.h"
+#include "core/device_buffer.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "reference/optimizers.h"
 #include "reference/tensor.h"
 #include "trainer/host_emulation.h"
+#include "trainer/optimizer.h"
+#include "trainer/workspace.h"
 
 namespace seqbench::trainer {
 namespace {
@@ -84,33 +91,100 @@ ref::Vector as_double(const std::vector<T>& values) {
   return out;
 }
 
+// One optimizer step per call on the host emulation: the kernels' rule on the CPU.
 template <class T>
-DriftResult run_typed(const DriftStudyOptions& o, const Problem& p, PrecisionMode mode) {
-  const auto n = static_cast<std::size_t>(o.params);
-  HostTrainingState<T> state(n, o.config, mode);
-  for (std::size_t j = 0; j < n; ++j)
-    state.params[j] = from_float<T>(static_cast<float>(p.w0(static_cast<ref::Index>(j))));
-  if (mode == PrecisionMode::master_fp32)
-    for (std::size_t j = 0; j < n; ++j) state.master[j] = to_float<T>(state.params[j]);
-  const ref::Vector start = as_double(state.params);
+class HostStepper {
+ public:
+  HostStepper(const DriftStudyOptions& o, PrecisionMode mode, const std::vector<T>& w0)
+      : options_(o), mode_(mode), state_(w0.size(), o.config, mode) {
+    state_.params = w0;
+    if (mode == PrecisionMode::master_fp32)
+      for (std::size_t j = 0; j < w0.size(); ++j) state_.master[j] = to_float<T>(w0[j]);
+  }
+  const std::vector<T>& params() { return state_.params; }
+  // Returns whether the step overflowed (and was skipped).
+  bool step(const std::vector<T>& grads) {
+    state_.grads = grads;
+    const StepControl control = emulate_step(state_.buffers(), options_.config, mode_, {options_.lr, 0.0},
+                                             options_.loss_scale, options_.seed, state_.step);
+    return control.found_inf != 0;
+  }
 
-  const StepOptions step_options{o.lr, 0.0};
+ private:
+  const DriftStudyOptions& options_;
+  PrecisionMode mode_;
+  HostTrainingState<T> state_;
+};
+
+// The same on the current device: FusedOptimizer over a one-tensor Workspace, on the default
+// stream, with the loss scale in device memory as a LossScaler would hold it. Each step uploads
+// the gradients and reads back the parameters and the decision: a study, not a hot path.
+template <class T>
+class DeviceStepper {
+ public:
+  DeviceStepper(const DriftStudyOptions& o, PrecisionMode mode, const std::vector<T>& w0)
+      : options_(o),
+        count_(w0.size()),
+        workspace_(WorkspaceLayout({{"w", w0.size()}}), DTypeTraits<T>::dtype,
+                   mode == PrecisionMode::master_fp32),
+        optimizer_(workspace_, o.config, mode, o.seed),
+        loss_scale_(std::vector<float>{o.loss_scale}),
+        params_(w0) {
+    SEQBENCH_CUDA_CHECK(
+        cudaMemcpy(workspace_.params(), w0.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+    if (mode == PrecisionMode::master_fp32) workspace_.copy_params_to_master(nullptr);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  const std::vector<T>& params() {
+    SEQBENCH_CUDA_CHECK(
+        cudaMemcpy(params_.data(), workspace_.params(), count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return params_;
+  }
+  bool step(const std::vector<T>& grads) {
+    SEQBENCH_CUDA_CHECK(
+        cudaMemcpy(workspace_.grads(), grads.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+    optimizer_.step(workspace_, {options_.lr, 0.0}, loss_scale_.data(), nullptr);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+    return optimizer_.read_control().found_inf != 0;  // synchronizes
+  }
+
+ private:
+  const DriftStudyOptions& options_;
+  std::size_t count_;
+  Workspace workspace_;
+  FusedOptimizer optimizer_;
+  DeviceBuffer<float> loss_scale_;
+  std::vector<T> params_;
+};
+
+template <class T, class Stepper>
+DriftResult run_typed(const DriftStudyOptions& o, const Problem& p, PrecisionMode mode,
+                      DriftBackend backend) {
+  const auto n = static_cast<std::size_t>(o.params);
+  std::vector<T> w0(n), grads(n);
+  for (std::size_t j = 0; j < n; ++j)
+    w0[j] = from_float<T>(static_cast<float>(p.w0(static_cast<ref::Index>(j))));
+  const ref::Vector start = as_double(w0);
+  Stepper stepper(o, mode, w0);
   for (int s = 0; s < o.steps; ++s) {
-    const ref::Vector g = gradient_of(p, as_double(state.params));
+    const ref::Vector g = gradient_of(p, as_double(stepper.params()));
     for (std::size_t j = 0; j < n; ++j)
-      state.grads[j] = from_float<T>(static_cast<float>(g(static_cast<ref::Index>(j)) * o.loss_scale));
-    const StepControl control =
-        emulate_step(state.buffers(), o.config, mode, step_options, o.loss_scale, o.seed, state.step);
-    SEQBENCH_REQUIRE(!control.found_inf, "drift study: step " << s << " overflowed in "
-                                                              << DTypeTraits<T>::name << "/"
-                                                              << precision_mode_name(mode));
+      grads[j] = from_float<T>(static_cast<float>(g(static_cast<ref::Index>(j)) * o.loss_scale));
+    SEQBENCH_REQUIRE(!stepper.step(grads), "drift study (" << drift_backend_name(backend) << "): step " << s
+                                                           << " overflowed in " << DTypeTraits<T>::name << "/"
+                                                           << precision_mode_name(mode));
   }
 
   const ref::Vector reference = reference_run(o, p, start);
-  const ref::Vector w = as_double(state.params);
+  const std::vector<T>& stored = stepper.params();
+  const ref::Vector w = as_double(stored);
   DriftResult r;
   r.dtype = DTypeTraits<T>::dtype;
   r.mode = mode;
+  r.backend = backend;
+  r.steps = o.steps;
+  r.params.resize(n);
+  for (std::size_t j = 0; j < n; ++j) r.params[j] = to_float<T>(stored[j]);
   r.param_drift = (w - reference).norm() / (reference - start).norm();
   r.max_abs_drift = (w - reference).cwiseAbs().maxCoeff();
   r.loss = loss_of(p, w);
@@ -121,7 +195,8 @@ DriftResult run_typed(const DriftStudyOptions& o, const Problem& p, PrecisionMod
 
 }  // namespace
 
-DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, PrecisionMode mode) {
+DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, PrecisionMode mode,
+                           DriftBackend backend) {
   SEQBENCH_REQUIRE(options.params >= 1 && options.samples >= 1 && options.steps >= 1,
                    "drift study: params " << options.params << ", samples " << options.samples << ", steps "
                                           << options.steps << " must all be >= 1");
@@ -130,17 +205,25 @@ DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, Precis
   SEQBENCH_REQUIRE(mode != PrecisionMode::stochastic_rounding || dtype == DType::bf16,
                    "drift study: stochastic_rounding needs bf16, got " << dtype_name(dtype));
   const Problem problem = make_problem(options);
-  return dispatch_dtype(dtype, [&](auto tag) { return run_typed<decltype(tag)>(options, problem, mode); });
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return backend == DriftBackend::device ? run_typed<T, DeviceStepper<T>>(options, problem, mode, backend)
+                                           : run_typed<T, HostStepper<T>>(options, problem, mode, backend);
+  });
 }
 
-std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options) {
+const char* drift_backend_name(DriftBackend backend) {
+  return backend == DriftBackend::device ? "device" : "host_emulation";
+}
+
+std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options, DriftBackend backend) {
   const std::pair<DType, PrecisionMode> cases[] = {
       {DType::f32, PrecisionMode::no_master},    {DType::f16, PrecisionMode::no_master},
       {DType::f16, PrecisionMode::master_fp32},  {DType::bf16, PrecisionMode::no_master},
       {DType::bf16, PrecisionMode::master_fp32}, {DType::bf16, PrecisionMode::stochastic_rounding},
   };
   std::vector<DriftResult> results;
-  for (const auto& [dtype, mode] : cases) results.push_back(run_drift_case(options, dtype, mode));
+  for (const auto& [dtype, mode] : cases) results.push_back(run_drift_case(options, dtype, mode, backend));
   return results;
 }
 
@@ -205,6 +288,58 @@ std::vector<CheckResult> drift_study_checks(const std::vector<DriftResult>& resu
   add(bf16sr, ratio(bf16m, bf16sr) < 1.0 / 10 && bf16sr.loss < 1.1 * bf16sr.reference_loss,
       ratio(bf16m, bf16sr), 1.0 / 10,
       "bf16 master_fp32's drift < 1/10 of this one (max_rel_err: that ratio), and loss < 1.1 x fp64's");
+  return checks;
+}
+
+std::vector<CheckResult> drift_device_checks(const std::vector<DriftResult>& host,
+                                             const std::vector<DriftResult>& device) {
+  std::vector<CheckResult> checks;
+  for (const DriftResult& d : device) {
+    SEQBENCH_REQUIRE(d.backend == DriftBackend::device,
+                     "drift_device_checks: a " << dtype_name(d.dtype) << " " << precision_mode_name(d.mode)
+                                               << " result of backend " << drift_backend_name(d.backend)
+                                               << " among the device results");
+    const DriftResult& h = find_case(host, d.dtype, d.mode);
+    SEQBENCH_REQUIRE(h.backend == DriftBackend::host_emulation,
+                     "drift_device_checks: the host result for "
+                         << dtype_name(d.dtype) << " " << precision_mode_name(d.mode) << " is of backend "
+                         << drift_backend_name(h.backend));
+    CheckResult c;
+    c.name = "trainer/drift/" + std::string(dtype_name(d.dtype)) + "/" +
+             std::string(precision_mode_name(d.mode)) + "/device";
+    std::ostringstream detail;
+    if (h.params.size() != d.params.size() || h.steps != d.steps) {
+      c.passed = false;
+      c.max_abs_err = INFINITY;
+      c.max_rel_err = 1.0;
+      detail << "the runs differ in shape: host " << h.params.size() << " parameters over " << h.steps
+             << " steps, device " << d.params.size() << " over " << d.steps;
+    } else {
+      std::size_t differing = 0;
+      double max_abs = 0.0;
+      for (std::size_t j = 0; j < d.params.size(); ++j) {
+        // Bitwise: the stored values widen exactly, so equal bits are equal floats (a NaN differs).
+        if (std::bit_cast<std::uint32_t>(d.params[j]) != std::bit_cast<std::uint32_t>(h.params[j])) {
+          ++differing;
+          const double diff = std::fabs(static_cast<double>(d.params[j]) - static_cast<double>(h.params[j]));
+          max_abs = std::isnan(diff) ? INFINITY : std::max(max_abs, diff);
+        }
+      }
+      c.passed = differing == 0 && !d.params.empty();
+      c.max_abs_err = max_abs;
+      c.max_rel_err =
+          d.params.empty() ? 1.0 : static_cast<double>(differing) / static_cast<double>(d.params.size());
+      detail
+          << "the fused kernels on the device against the host emulation, after " << d.steps
+          << " steps: " << differing << " of " << d.params.size()
+          << " final parameters differ in their bits (max_rel_err: that fraction, tolerance 0); device drift "
+          << d.param_drift << " (host " << h.param_drift << "), loss " << d.loss << " (host " << h.loss
+          << ", fp64 " << d.reference_loss << ")";
+    }
+    c.tolerance = 0.0;
+    c.detail = detail.str();
+    checks.push_back(std::move(c));
+  }
   return checks;
 }
 

@@ -1,6 +1,9 @@
 // The accuracy cost of each precision mode: training a small least-squares problem for many
-// steps with the host emulation of the fused optimizer (update_rule.h: the kernels' own code) and
-// measuring how far it ends from the same training in fp64 (reference/optimizers.h).
+// steps with the fused optimizer and measuring how far it ends from the same training in fp64
+// (reference/optimizers.h). The steps run either in the host emulation (update_rule.h: the
+// kernels' own code, on the CPU) or in the fused kernels on the current device (FusedOptimizer
+// over a one-tensor Workspace); drift_device_checks holds the two to bitwise equality, so the
+// CPU's numbers are the device's.
 //
 // Problem: minimize L(w) = |X w - y|^2 / (2 m), X [m x n] and w* N(0, 1), y = X w*, starting from
 // w0 ~ N(0, 1/4) rounded to the parameter dtype (the fp64 run starts from the same rounded w0, so
@@ -29,9 +32,20 @@ struct DriftStudyOptions {
   OptimizerConfig config{};  // Adam with PyTorch's defaults
 };
 
+// Where the optimizer steps of a drift run execute.
+enum class DriftBackend {
+  host_emulation,  // emulate_step (host_emulation.h) on the CPU
+  device,          // FusedOptimizer::step on the current device, the default stream
+};
+
+const char* drift_backend_name(DriftBackend backend);
+
 struct DriftResult {
   DType dtype = DType::f32;
   PrecisionMode mode = PrecisionMode::no_master;
+  DriftBackend backend = DriftBackend::host_emulation;
+  int steps = 0;
+  std::vector<float> params;  // the final parameters as stored (T), widened exactly to float
   // |w - w_ref| / |w_ref - w0|: the distance from the fp64 trajectory's end point, as a fraction
   // of how far the fp64 trajectory moved. w is the parameters as stored (T).
   double param_drift = 0.0;
@@ -41,10 +55,14 @@ struct DriftResult {
   double initial_loss = 0.0;    // L(w0)
 };
 
-DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, PrecisionMode mode);
+// Throws seqbench::Error on options below 1 or out of range (naming them), stochastic rounding
+// with a dtype other than bf16, a step that overflows, or (device) a CUDA error.
+DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, PrecisionMode mode,
+                           DriftBackend backend = DriftBackend::host_emulation);
 
 // f32/no_master, f16/{no_master, master_fp32}, bf16/{no_master, master_fp32, stochastic_rounding}.
-std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options);
+std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options,
+                                         DriftBackend backend = DriftBackend::host_emulation);
 
 // The study's findings as checks, one per case of run_drift_study (named
 // "trainer/drift/<dtype>/<mode>", max_abs_err the max abs drift, the detail every number of the
@@ -62,5 +80,16 @@ std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options);
 // Throws seqbench::Error when `results` lacks one of the six cases.
 std::vector<CheckResult> drift_study_checks(const std::vector<DriftResult>& results,
                                             const DriftStudyOptions& options);
+
+// The device trajectory against the host emulation's, one check per case of `device` (named
+// "trainer/drift/<dtype>/<mode>/device"): passed when the final parameters are bitwise equal
+// (the GPU tests' promise for one step, here over the whole run). max_abs_err is the largest
+// |w_device - w_host|, max_rel_err the fraction of parameters that differ, tolerance 0; the detail
+// carries the device run's drift and loss. The study runs without clipping, where the device's
+// order of summing the squared gradients (the one legitimate difference, host_emulation.h)
+// decides nothing. Throws seqbench::Error when `host` lacks a case of `device`, or a case's
+// backends are not host_emulation and device.
+std::vector<CheckResult> drift_device_checks(const std::vector<DriftResult>& host,
+                                             const std::vector<DriftResult>& device);
 
 }  // namespace seqbench::trainer

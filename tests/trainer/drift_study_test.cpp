@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <iostream>
 
 #include "core/error.h"
@@ -48,6 +49,26 @@ TEST(DriftStudy, ChecksFailAWorseMasterCopy) {
   }
   results.pop_back();
   EXPECT_THROW(drift_study_checks(results, options), Error);
+}
+
+// drift_device_checks (the trainer suite's GPU family) on results made here: equal runs pass, one
+// parameter one ulp off fails its case alone, and mismatched inputs are refused.
+TEST(DriftStudy, DeviceChecksFailOneUlpAndRefuseMismatches) {
+  DriftStudyOptions options;
+  options.params = 64;
+  options.samples = 16;
+  options.steps = 5;
+  const std::vector<DriftResult> host = run_drift_study(options);
+  std::vector<DriftResult> device = host;
+  for (DriftResult& r : device) r.backend = DriftBackend::device;
+  for (const CheckResult& c : drift_device_checks(host, device)) EXPECT_TRUE(c.passed) << c.name;
+  device[2].params[17] = std::nextafter(device[2].params[17], INFINITY);
+  const std::vector<CheckResult> checks = drift_device_checks(host, device);
+  for (std::size_t i = 0; i < checks.size(); ++i) EXPECT_EQ(checks[i].passed, i != 2) << checks[i].name;
+  EXPECT_DOUBLE_EQ(checks[2].max_rel_err, 1.0 / 64);
+  EXPECT_GT(checks[2].max_abs_err, 0.0);
+  EXPECT_THROW(drift_device_checks(host, host), Error);  // the "device" results are host runs
+  EXPECT_THROW(drift_device_checks({}, device), Error);  // no host case
 }
 
 }  // namespace
