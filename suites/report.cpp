@@ -440,6 +440,20 @@ void validate_check(Validator& v, const json& check, const std::string& p) {
   v.nullable_number(check, p, "max_rel_err", Bound::non_negative);
   const auto tolerance = v.nullable_number(check, p, "tolerance", Bound::non_negative);
   v.string(check, p, "detail", false, kOptional);
+  // Optional named measurements: numbers of any sign, null for NaN or infinity.
+  if (const json* values = v.get(check, p, "values", Kind::object, kOptional)) {
+    for (const auto& [key, value] : values->items()) {
+      if (key.empty()) {
+        v.add(join(p, "values"), "a value's name must not be empty");
+        continue;
+      }
+      const std::string vp = join(join(p, "values"), key);
+      if (!value.is_null() && !value.is_number())
+        v.add(vp, "expected number or null, got " + type_word(value));
+      if (value.is_number_float() && !std::isfinite(value.get<double>()))
+        v.add(vp, "must be finite, got " + shown(value));
+    }
+  }
   // null stands for NaN or infinity. No finite bound holds a NaN or infinite absolute error, and
   // an infinite tolerance bounds nothing, so such a check cannot have passed. A null max_rel_err
   // alone is fine: it is infinite wherever the reference is exactly 0.
@@ -669,6 +683,15 @@ json check_to_json(const CheckResult& check) {
            {"max_rel_err", finite_or_null(check.max_rel_err)},
            {"tolerance", finite_or_null(check.tolerance)}};
   if (!check.detail.empty()) out["detail"] = check.detail;
+  if (!check.values.empty()) {
+    json values = json::object();
+    for (const auto& [name, value] : check.values) {
+      SEQBENCH_REQUIRE(!name.empty() && !values.contains(name),
+                       "check '" << check.name << "': value name '" << name << "' is empty or repeated");
+      values[name] = finite_or_null(value);
+    }
+    out["values"] = std::move(values);
+  }
   return out;
 }
 

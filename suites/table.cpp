@@ -440,6 +440,37 @@ void md_summary(std::string& out, const json& report, const TorchIndex& torch,
   out += "\n";
 }
 
+// The checks that carry named values (the trainer suite's precision drift study), one row each,
+// passed or not, a column per value name in the order first seen (nlohmann sorts each object's).
+void md_check_values(std::string& out, const json& checks) {
+  std::vector<std::string> names;
+  for (const json& c : checks)
+    if (const auto values = c.find("values"); values != c.end())
+      for (const auto& [key, value] : values->items())
+        if (std::find(names.begin(), names.end(), key) == names.end()) names.push_back(key);
+  if (names.empty()) return;
+  std::vector<std::string> header = {"check", "passed"};
+  std::string rule = "|---|---|";
+  for (const std::string& n : names) {
+    header.push_back(md(n));
+    rule += "---:|";
+  }
+  md_row(out, header);
+  out += rule + "\n";
+  for (const json& c : checks) {
+    const auto values = c.find("values");
+    if (values == c.end()) continue;
+    std::vector<std::string> cells = {md(c.at("name").get<std::string>()),
+                                      c.at("passed").get<bool>() ? "yes" : "**no**"};
+    for (const std::string& n : names) {
+      const auto it = values->find(n);
+      cells.push_back(it == values->end() ? "" : md(number(*it, scientific)));
+    }
+    md_row(out, cells);
+  }
+  out += "\n";
+}
+
 void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   const json& meta = report.at("meta");
   out += "## " + md(report.at("suite").get<std::string>() + runner_note(meta)) + " — " +
@@ -532,16 +563,18 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   }
   out += "Checks: " + std::to_string(checks.size() - failed) + " passed, " + std::to_string(failed) +
          " failed.\n\n";
-  if (failed == 0) return;
-  md_row(out, {"failed check", "max abs err", "max rel err", "tolerance", "detail"});
-  out += "|---|---:|---:|---:|---|\n";
-  for (const json& c : checks) {
-    if (c.at("passed").get<bool>()) continue;
-    md_row(out, {md(c.at("name").get<std::string>()), md(number(c.at("max_abs_err"), scientific)),
-                 md(number(c.at("max_rel_err"), scientific)), md(number(c.at("tolerance"), scientific)),
-                 md(c.value("detail", std::string()))});
+  if (failed > 0) {
+    md_row(out, {"failed check", "max abs err", "max rel err", "tolerance", "detail"});
+    out += "|---|---:|---:|---:|---|\n";
+    for (const json& c : checks) {
+      if (c.at("passed").get<bool>()) continue;
+      md_row(out, {md(c.at("name").get<std::string>()), md(number(c.at("max_abs_err"), scientific)),
+                   md(number(c.at("max_rel_err"), scientific)), md(number(c.at("tolerance"), scientific)),
+                   md(c.value("detail", std::string()))});
+    }
+    out += "\n";
   }
-  out += "\n";
+  md_check_values(out, checks);
 }
 
 // ---------------------------------------------------------------------------------------------

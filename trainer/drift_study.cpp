@@ -269,6 +269,11 @@ std::vector<CheckResult> drift_study_checks(const std::vector<DriftResult>& resu
     c.max_rel_err = measure;
     c.tolerance = bound;
     c.detail = d.str();
+    c.values = {{"drift", r.param_drift},
+                {"max_abs_drift", r.max_abs_drift},
+                {"loss", r.loss},
+                {"fp64_loss", r.reference_loss},
+                {"start_loss", r.initial_loss}};
     checks.push_back(std::move(c));
   };
   // better.drift / worse.drift: at most 1/k when the better mode drifts k times less.
@@ -326,6 +331,8 @@ std::vector<CheckResult> drift_device_checks(const std::vector<DriftResult>& hos
         }
       }
       c.passed = differing == 0 && !d.params.empty();
+      c.values = {
+          {"drift", d.param_drift}, {"loss", d.loss}, {"differing_params", static_cast<double>(differing)}};
       c.max_abs_err = max_abs;
       c.max_rel_err =
           d.params.empty() ? 1.0 : static_cast<double>(differing) / static_cast<double>(d.params.size());

@@ -66,10 +66,10 @@ std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options,
 
 // The study's findings as checks, one per case of run_drift_study (named
 // "trainer/drift/<dtype>/<mode>", max_abs_err the max abs drift, the detail every number of the
-// case): the ordering trainer/NOTES.md reports, with margins of 3x or more below what was measured
-// at the default options, so that a change of an update rule that costs accuracy fails a check,
-// not a reseed. max_rel_err <= tolerance is the drift bound: the case's own drift, or for the
-// worse mode of a pair the ratio of the better mode's drift to its own:
+// case, and its values drift, max_abs_drift, loss, fp64_loss and start_loss): the ordering trainer/NOTES.md
+// reports, with margins of 3x or more below what was measured at the default options, so that a change of an
+// update rule that costs accuracy fails a check, not a reseed. max_rel_err <= tolerance is the drift bound:
+// the case's own drift, or for the worse mode of a pair the ratio of the better mode's drift to its own:
 //   f32 no_master            drift < 1e-5
 //   f16 master_fp32          drift < 1e-3
 //   f16 no_master            f16 master_fp32's drift / this drift < 1/50  (what the master saves)
@@ -85,9 +85,9 @@ std::vector<CheckResult> drift_study_checks(const std::vector<DriftResult>& resu
 // "trainer/drift/<dtype>/<mode>/device"): passed when the final parameters are bitwise equal
 // (the GPU tests' promise for one step, here over the whole run). max_abs_err is the largest
 // |w_device - w_host|, max_rel_err the fraction of parameters that differ, tolerance 0; the detail
-// carries the device run's drift and loss. The study runs without clipping, where the device's
-// order of summing the squared gradients (the one legitimate difference, host_emulation.h)
-// decides nothing. Throws seqbench::Error when `host` lacks a case of `device`, or a case's
+// and the values (drift, loss, differing_params) carry the device run's drift and loss. The study runs
+// without clipping, where the device's order of summing the squared gradients (the one legitimate difference,
+// host_emulation.h) decides nothing. Throws seqbench::Error when `host` lacks a case of `device`, or a case's
 // backends are not host_emulation and device.
 std::vector<CheckResult> drift_device_checks(const std::vector<DriftResult>& host,
                                              const std::vector<DriftResult>& device);

@@ -456,17 +456,54 @@ TEST(FinalizeSpeedups, RejectsAVariantWithoutAMedian) {
 }
 
 TEST(CheckToJson, WritesNonFiniteValuesAsNull) {
-  const json c = check_to_json({"softmax vs reference", false, kNaN, kInf, 1e-3, ""});
+  const json c = check_to_json({"softmax vs reference", false, kNaN, kInf, 1e-3, "", {}});
   EXPECT_EQ(c, json::parse(R"({"name": "softmax vs reference", "passed": false, "max_abs_err": null,
                                "max_rel_err": null, "tolerance": 0.001})"));
-  const json d = check_to_json({"ok", true, 1e-4, 2e-4, 1e-3, "seed 7"});
+  const json d = check_to_json({"ok", true, 1e-4, 2e-4, 1e-3, "seed 7", {}});
   EXPECT_EQ(d, json::parse(R"({"name": "ok", "passed": true, "max_abs_err": 0.0001, "max_rel_err": 0.0002,
                                "tolerance": 0.001, "detail": "seed 7"})"));
 }
 
+TEST(CheckToJson, WritesNamedValuesWithNonFiniteOnesAsNull) {
+  CheckResult check{"trainer/drift/bf16/no_master", true, 1.25, 0.086, 0.2, "", {}};
+  check.values = {{"drift", 0.80}, {"loss", kInf}, {"start_loss", -3.0}};
+  const json c = check_to_json(check);
+  EXPECT_EQ(c.at("values"), json::parse(R"({"drift": 0.8, "loss": null, "start_loss": -3.0})"));
+  json report = valid_report();
+  report["checks"] = {c};
+  EXPECT_EQ(validate_report(report), Problems{});
+  // A name given twice would silently keep one value: refused, naming the check.
+  check.values.push_back({"drift", 0.5});
+  EXPECT_NE(error_message([&] { check_to_json(check); }).find("'drift' is empty or repeated"),
+            std::string::npos);
+  check.values = {{"", 1.0}};
+  EXPECT_THROW(check_to_json(check), Error);
+}
+
+TEST(ValidateReport, RejectsCheckValuesThatAreNotNamedNumbers) {
+  EXPECT_EQ(problems_after([](json& r) { r["checks"][0]["values"] = json::array({1.0}); }),
+            Problems{"checks[0].values: expected object, got array"});
+  EXPECT_EQ(problems_after([](json& r) {
+              r["checks"][0]["values"] = {{"drift", "0.8"}, {"loss", 2.6}};
+            }),
+            Problems{"checks[0].values.drift: expected number or null, got string"});
+  EXPECT_EQ(problems_after([](json& r) {
+              r["checks"][0]["values"] = {{"", 1}};
+            }),
+            Problems{"checks[0].values: a value's name must not be empty"});
+  EXPECT_EQ(problems_after([](json& r) {
+              r["checks"][0]["values"] = {{"drift", kNaN}};
+            }),
+            Problems{"checks[0].values.drift: must be finite, got nan"});
+  EXPECT_EQ(problems_after([](json& r) {
+              r["checks"][0]["values"] = {{"drift", nullptr}, {"n", -4}};
+            }),
+            Problems{});
+}
+
 TEST(CheckToJson, ANaNCheckClaimingToPassIsCaughtByValidation) {
   json report = valid_report();
-  report["checks"] = {check_to_json({"bad", true, kNaN, 0.0, 1e-3, ""})};
+  report["checks"] = {check_to_json({"bad", true, kNaN, 0.0, 1e-3, "", {}})};
   EXPECT_EQ(validate_report(report),
             Problems{"checks[0].passed: true, but max_abs_err is null (NaN or infinite)"});
 }

@@ -686,7 +686,7 @@ TEST(RunnerMerge, OneShaIsNotOneBuildTheSourceHashOrCleanTreesDecide) {
 TEST(RunnerMerge, AnOldFamilyFailureGoesOnlyWhenThisRunRanThatFamily) {
   nlohmann::json old = runner_report("");
   for (const char* name : {"checks/layernorm/gpu", "checks/layernorm/gpu/softmax", "checks/layernorm/cpu"})
-    old["checks"].push_back(check_to_json(CheckResult{name, false, 0, 0, 0, "threw"}));
+    old["checks"].push_back(check_to_json(CheckResult{name, false, 0, 0, 0, "threw", {}}));
   nlohmann::json fresh = runner_report("layernorm_fwd");
   fresh["checks"] = nlohmann::json::array();
   fresh["meta"]["check_families"] = nlohmann::json::array({"gpu"});

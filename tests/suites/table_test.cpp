@@ -490,6 +490,43 @@ TEST(RenderTables, ReportWithoutExperimentsOrChecks) {
       "suite,device,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup\r\n");
 }
 
+// Checks with named values (the trainer suite's drift study) get a table of their own, passed or
+// not, a column per name in the order first seen; checks without values are not in it.
+TEST(RenderTables, ChecksWithValuesGetATableOfTheirOwn) {
+  json r = cpu_report();
+  r["experiments"] = json::array();
+  r.erase("skipped");
+  r["checks"] = json::array(
+      {{{"name", "trainer/drift/f32/no_master"},
+        {"passed", true},
+        {"max_abs_err", 3e-6},
+        {"max_rel_err", 1.1e-6},
+        {"tolerance", 1e-5},
+        {"values", {{"drift", 1.15e-6}, {"loss", 2.639}}}},
+       {{"name", "plain"}, {"passed", true}, {"max_abs_err", 0}, {"max_rel_err", 0}, {"tolerance", 0}},
+       {{"name", "trainer/drift/bf16/no_master/device"},
+        {"passed", false},
+        {"max_abs_err", 0.5},
+        {"max_rel_err", 0.25},
+        {"tolerance", 0},
+        {"values", {{"differing_params", 512}, {"drift", nullptr}}}}});
+  EXPECT_EQ(render_tables({r}, TableFormat::markdown),
+            "## softmax — no GPU — unknown-dirty — 2026-11-22T11:00:00+01:00\n"
+            "\n"
+            "No timed experiments.\n"
+            "\n"
+            "Checks: 2 passed, 1 failed.\n"
+            "\n"
+            "| failed check | max abs err | max rel err | tolerance | detail |\n"
+            "|---|---:|---:|---:|---|\n"
+            "| trainer/drift/bf16/no_master/device | 5.00e-01 | 2.50e-01 | 0.00e+00 |  |\n"
+            "\n"
+            "| check | passed | drift | loss | differing_params |\n"
+            "|---|---|---:|---:|---:|\n"
+            "| trainer/drift/f32/no_master | yes | 1.15e-06 | 2.64e+00 |  |\n"
+            "| trainer/drift/bf16/no_master/device | **no** | — |  | 5.12e+02 |\n");
+}
+
 TEST(RenderTables, NoReportsGiveNoMarkdownAndAHeaderOnlyCsv) {
   EXPECT_EQ(render_tables({}, TableFormat::markdown), "");
   EXPECT_EQ(
