@@ -83,8 +83,9 @@ void warp_exchange(unsigned mask, const void* value, std::size_t size, unsigned 
 // whose predicate was nonzero.
 unsigned warp_ballot(unsigned mask, int predicate);
 
-// Records a fault of the running thread and leaves it (never returns to the kernel).
-[[noreturn]] void fault(const std::string& what);
+// Records a fault of the running thread and leaves it (never returns to the kernel). Takes the
+// message by rvalue and empties it: the caller's frame is abandoned, never unwound.
+[[noreturn]] void fault(std::string&& what);
 
 // Registered by cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize).
 void set_max_dynamic_shared(const void* kernel_id, int bytes);
