@@ -306,6 +306,18 @@ std::string runner_note(const json& meta) {
   return text += ')';
 }
 
+// A table's header row and rule: the fixed columns with their rule, then right-aligned (numeric)
+// columns appended.
+void md_header(std::string& out, std::vector<std::string> header, std::string rule,
+               const std::vector<std::string>& numeric) {
+  for (const std::string& n : numeric) {
+    header.push_back(n);
+    rule += "---:|";
+  }
+  md_row(out, header);
+  out += rule + "\n";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Markdown summaries: one table per experiment family, one row per experiment
 // ---------------------------------------------------------------------------------------------
@@ -449,14 +461,9 @@ void md_check_values(std::string& out, const json& checks) {
       for (const auto& [key, value] : values->items())
         if (std::find(names.begin(), names.end(), key) == names.end()) names.push_back(key);
   if (names.empty()) return;
-  std::vector<std::string> header = {"check", "passed"};
-  std::string rule = "|---|---|";
-  for (const std::string& n : names) {
-    header.push_back(md(n));
-    rule += "---:|";
-  }
-  md_row(out, header);
-  out += rule + "\n";
+  std::vector<std::string> numeric;
+  for (const std::string& n : names) numeric.push_back(md(n));
+  md_header(out, {"check", "passed"}, "|---|---|", numeric);
   for (const json& c : checks) {
     const auto values = c.find("values");
     if (values == c.end()) continue;
@@ -514,15 +521,12 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   }
   bool mixed_timing = false;  // some "vs torch" cell compares two sides timed differently
   for (const json& experiment : experiments) {
-    std::vector<std::string> header = {"experiment", "params",    "variant", "median ms", "p20–p80 ms",
-                                       "GB/s",       "% copy BW", "TFLOP/s", "speedup"};
-    std::string rule = "|---|---|---|---:|---:|---:|---:|---:|---:|";
-    for (const std::string& c : columns) {
-      header.push_back(torch_label(c));
-      rule += "---:|";
-    }
-    md_row(out, header);
-    out += rule + "\n";
+    std::vector<std::string> torch_columns;
+    for (const std::string& c : columns) torch_columns.push_back(torch_label(c));
+    md_header(out,
+              {"experiment", "params", "variant", "median ms", "p20–p80 ms", "GB/s", "% copy BW", "TFLOP/s",
+               "speedup"},
+              "|---|---|---|---:|---:|---:|---:|---:|---:|", torch_columns);
     for (const json& variant : experiment.at("variants")) {
       const Row r = make_row(torch, columns, report, experiment, variant);
       std::vector<std::string> cells = {md(r.experiment),  md(r.params),        md(r.variant),

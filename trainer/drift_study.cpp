@@ -95,6 +95,7 @@ ref::Vector as_double(const std::vector<T>& values) {
 template <class T>
 class HostStepper {
  public:
+  static constexpr DriftBackend kBackend = DriftBackend::host_emulation;
   HostStepper(const DriftStudyOptions& o, PrecisionMode mode, const std::vector<T>& w0)
       : options_(o), mode_(mode), state_(w0.size(), o.config, mode) {
     state_.params = w0;
@@ -122,6 +123,7 @@ class HostStepper {
 template <class T>
 class DeviceStepper {
  public:
+  static constexpr DriftBackend kBackend = DriftBackend::device;
   DeviceStepper(const DriftStudyOptions& o, PrecisionMode mode, const std::vector<T>& w0)
       : options_(o),
         count_(w0.size()),
@@ -158,8 +160,8 @@ class DeviceStepper {
 };
 
 template <class T, class Stepper>
-DriftResult run_typed(const DriftStudyOptions& o, const Problem& p, PrecisionMode mode,
-                      DriftBackend backend) {
+DriftResult run_typed(const DriftStudyOptions& o, const Problem& p, PrecisionMode mode) {
+  constexpr DriftBackend backend = Stepper::kBackend;
   const auto n = static_cast<std::size_t>(o.params);
   std::vector<T> w0(n), grads(n);
   for (std::size_t j = 0; j < n; ++j)
@@ -207,8 +209,8 @@ DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, Precis
   const Problem problem = make_problem(options);
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    return backend == DriftBackend::device ? run_typed<T, DeviceStepper<T>>(options, problem, mode, backend)
-                                           : run_typed<T, HostStepper<T>>(options, problem, mode, backend);
+    return backend == DriftBackend::device ? run_typed<T, DeviceStepper<T>>(options, problem, mode)
+                                           : run_typed<T, HostStepper<T>>(options, problem, mode);
   });
 }
 
@@ -228,6 +230,11 @@ std::vector<DriftResult> run_drift_study(const DriftStudyOptions& options, Drift
 }
 
 namespace {
+
+// "trainer/drift/<dtype>/<mode>": the name of a case's check (its device check adds "/device").
+std::string drift_check_name(const DriftResult& r) {
+  return "trainer/drift/" + std::string(dtype_name(r.dtype)) + "/" + std::string(precision_mode_name(r.mode));
+}
 
 const DriftResult& find_case(const std::vector<DriftResult>& results, DType dtype, PrecisionMode mode) {
   for (const DriftResult& r : results)
@@ -262,8 +269,7 @@ std::vector<CheckResult> drift_study_checks(const std::vector<DriftResult>& resu
       << " (fp64 " << r.reference_loss << ", start " << r.initial_loss << "); held to: " << rule
       << "; max_rel_err " << measure << ", tolerance " << bound;
     CheckResult c;
-    c.name =
-        "trainer/drift/" + std::string(dtype_name(r.dtype)) + "/" + std::string(precision_mode_name(r.mode));
+    c.name = drift_check_name(r);
     c.passed = passed && std::isfinite(r.param_drift) && std::isfinite(r.loss);
     c.max_abs_err = r.max_abs_drift;
     c.max_rel_err = measure;
@@ -310,8 +316,7 @@ std::vector<CheckResult> drift_device_checks(const std::vector<DriftResult>& hos
                          << dtype_name(d.dtype) << " " << precision_mode_name(d.mode) << " is of backend "
                          << drift_backend_name(h.backend));
     CheckResult c;
-    c.name = "trainer/drift/" + std::string(dtype_name(d.dtype)) + "/" +
-             std::string(precision_mode_name(d.mode)) + "/device";
+    c.name = drift_check_name(d) + "/device";
     std::ostringstream detail;
     if (h.params.size() != d.params.size() || h.steps != d.steps) {
       c.passed = false;
