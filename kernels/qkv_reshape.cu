@@ -5,6 +5,7 @@
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
 #include "kernels/dropout_mask.h"
+#include "kernels/fast_divmod.h"
 #include "kernels/packed.h"
 #include "kernels/qkv_reshape.h"
 
@@ -226,48 +227,91 @@ void require_move(const char* op, const T* out, const char* out_name, const T* i
 }
 
 // ---------------------------------------------------------------------------------------------
-// The unfused baseline's strided copy.
+// The unfused baseline's strided copy: the shape of PyTorch eager's non-contiguous elementwise
+// launch (128-thread blocks, each thread kStridedCopyUnroll<T> elements kStridedCopyThreads apart,
+// every index decomposed through precomputed divisors), so that the baseline is as fast as the
+// eager code it stands for, not slower.
 
-constexpr int kCopyThreads = 256;
-constexpr std::int64_t kCopyMaxBlocks = std::int64_t{1} << 20;  // then grid-stride
+constexpr int kStridedCopyThreads = 128;
+constexpr std::int64_t kStridedCopyMaxBlocks = std::int64_t{1} << 20;  // then grid-stride over tiles
+// Elements per thread: 4 for 2-byte types, 2 for 4-byte ones (eager's unroll factor).
+template <class T>
+constexpr int kStridedCopyUnroll = sizeof(T) >= 4 ? 2 : 4;
 
-template <class Index>
-struct StridedIndex {
-  Index dims[4];
-  Index out_stride[4];
-  Index in_stride[4];
+// The 32-bit path (element count and every offset <= 2^31 - 1) divides through FastDivmod; the
+// 64-bit one, for copies beyond that, through the divide instruction.
+struct StridedIndex32 {
+  FastDivmod dims[3];  // dims[1..3]: the index is decomposed innermost first
+  std::uint32_t out_stride[4];
+  std::uint32_t in_stride[4];
 };
 
-template <class T, class Index>
-__global__ void __launch_bounds__(kCopyThreads)
-    strided_copy_kernel(T* __restrict__ out, const T* __restrict__ in, const StridedIndex<Index> s, Index n) {
-  const Index step = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
-  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
-       i += step) {
-    Index rest = i;
-    const Index i3 = rest % s.dims[3];
-    rest /= s.dims[3];
-    const Index i2 = rest % s.dims[2];
-    rest /= s.dims[2];
-    const Index i1 = rest % s.dims[1];
-    const Index i0 = rest / s.dims[1];
-    out[i0 * s.out_stride[0] + i1 * s.out_stride[1] + i2 * s.out_stride[2] + i3 * s.out_stride[3]] =
-        in[i0 * s.in_stride[0] + i1 * s.in_stride[1] + i2 * s.in_stride[2] + i3 * s.in_stride[3]];
+struct StridedIndex64 {
+  std::int64_t dims[4];
+  std::int64_t out_stride[4];
+  std::int64_t in_stride[4];
+};
+
+__device__ __forceinline__ void strided_offsets(const StridedIndex32& s, std::uint32_t i, std::uint32_t& out,
+                                                std::uint32_t& in) {
+  std::uint32_t rest = i, q = 0, r = 0;
+  out = 0;
+  in = 0;
+  SEQBENCH_DEVICE_UNROLL
+  for (int k = 3; k >= 1; --k) {
+    s.dims[k - 1].divmod(rest, q, r);
+    out += r * s.out_stride[k];
+    in += r * s.in_stride[k];
+    rest = q;
+  }
+  out += rest * s.out_stride[0];
+  in += rest * s.in_stride[0];
+}
+
+__device__ __forceinline__ void strided_offsets(const StridedIndex64& s, std::int64_t i, std::int64_t& out,
+                                                std::int64_t& in) {
+  std::int64_t rest = i;
+  out = 0;
+  in = 0;
+  SEQBENCH_DEVICE_UNROLL
+  for (int k = 3; k >= 1; --k) {
+    const std::int64_t r = rest % s.dims[k];
+    rest /= s.dims[k];
+    out += r * s.out_stride[k];
+    in += r * s.in_stride[k];
+  }
+  out += rest * s.out_stride[0];
+  in += rest * s.in_stride[0];
+}
+
+// Thread mapping: block b takes tiles of kStridedCopyThreads·U consecutive linear indices (tile
+// t, t + gridDim.x, ...); thread x copies indices tile_start + x + u·kStridedCopyThreads,
+// u < U, each one scalar load and one scalar store; indices >= n are skipped (the tail).
+template <class T, class Index, class Strides>
+__global__ void __launch_bounds__(kStridedCopyThreads)
+    strided_copy_kernel(T* __restrict__ out, const T* __restrict__ in, const Strides s, Index n) {
+  constexpr int U = kStridedCopyUnroll<T>;
+  constexpr Index tile = static_cast<Index>(kStridedCopyThreads) * U;
+  const Index step = static_cast<Index>(gridDim.x) * tile;
+  for (Index start = static_cast<Index>(blockIdx.x) * tile; start < n; start += step) {
+    SEQBENCH_DEVICE_UNROLL
+    for (int u = 0; u < U; ++u) {
+      const Index i = start + static_cast<Index>(threadIdx.x) + static_cast<Index>(u) * kStridedCopyThreads;
+      if (i < n) {
+        Index out_off, in_off;
+        strided_offsets(s, i, out_off, in_off);
+        out[out_off] = in[in_off];
+      }
+    }
   }
 }
 
-template <class T, class Index>
-void launch_strided_copy_kernel(T* out, const T* in, const StridedCopy4& c, std::int64_t n,
-                                cudaStream_t stream) {
-  StridedIndex<Index> s;
-  for (int k = 0; k < 4; ++k) {
-    s.dims[k] = static_cast<Index>(c.dims[k]);
-    s.out_stride[k] = static_cast<Index>(c.out_stride[k]);
-    s.in_stride[k] = static_cast<Index>(c.in_stride[k]);
-  }
-  const std::int64_t blocks = std::min<std::int64_t>((n + kCopyThreads - 1) / kCopyThreads, kCopyMaxBlocks);
-  strided_copy_kernel<T, Index>
-      <<<static_cast<unsigned>(blocks), kCopyThreads, 0, stream>>>(out, in, s, static_cast<Index>(n));
+template <class T, class Index, class Strides>
+void launch_strided_copy_kernel(T* out, const T* in, const Strides& s, std::int64_t n, cudaStream_t stream) {
+  constexpr std::int64_t tile = std::int64_t{kStridedCopyThreads} * kStridedCopyUnroll<T>;
+  const std::int64_t blocks = std::min<std::int64_t>((n + tile - 1) / tile, kStridedCopyMaxBlocks);
+  strided_copy_kernel<T, Index, Strides>
+      <<<static_cast<unsigned>(blocks), kStridedCopyThreads, 0, stream>>>(out, in, s, static_cast<Index>(n));
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -447,9 +491,23 @@ void launch_strided_copy(T* out, const T* in, const StridedCopy4& copy, cudaStre
                    static_cast<std::size_t>(max_in + 1) * sizeof(T), op, "out", "in");
   constexpr std::int64_t kMax32 = std::numeric_limits<std::int32_t>::max();
   if (n <= kMax32 && max_out <= kMax32 && max_in <= kMax32) {
-    launch_strided_copy_kernel<T, std::uint32_t>(out, in, copy, n, stream);
+    // Every dim is then <= 2^31 - 1, and so is every stride of a dim of extent >= 2; the stride of
+    // an extent-1 dim (unbounded) is always multiplied by a zero index, whatever its truncation.
+    StridedIndex32 s;
+    for (int k = 1; k < 4; ++k) s.dims[k - 1] = FastDivmod(copy.dims[k]);
+    for (int k = 0; k < 4; ++k) {
+      s.out_stride[k] = static_cast<std::uint32_t>(copy.out_stride[k]);
+      s.in_stride[k] = static_cast<std::uint32_t>(copy.in_stride[k]);
+    }
+    launch_strided_copy_kernel<T, std::uint32_t>(out, in, s, n, stream);
   } else {
-    launch_strided_copy_kernel<T, std::int64_t>(out, in, copy, n, stream);
+    StridedIndex64 s;
+    for (int k = 0; k < 4; ++k) {
+      s.dims[k] = copy.dims[k];
+      s.out_stride[k] = copy.out_stride[k];
+      s.in_stride[k] = copy.in_stride[k];
+    }
+    launch_strided_copy_kernel<T, std::int64_t>(out, in, s, n, stream);
   }
 }
 

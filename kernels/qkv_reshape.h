@@ -140,9 +140,15 @@ void launch_split_heads(T* heads_out, const T* projected, const HeadsShape& shap
 // launch_strided_copy<T>(out, in, copy, stream)
 //   out[Σ_k i_k·out_stride[k]] = in[Σ_k i_k·in_stride[k]] for every index (i_0, .., i_3) <
 //   dims: PyTorch's copy_ between two strided views (TensorIterator's non-contiguous path).
-//   Thread mapping: one element per thread per grid-stride step, the linear index decomposed
-//   with divisions (32-bit index math when every offset fits, 64-bit otherwise), scalar loads
-//   and stores: what the eager copy kernel does for a permuted view.
+//   Thread mapping, eager's non-contiguous launch (TensorIterator's legacy path, as of PyTorch
+//   2.x): 128-thread blocks, each thread copying 4 elements (2-byte T) or 2 (4-byte T) that lie
+//   128 linear indices apart, one scalar load and store each, the linear index decomposed over
+//   dims[3] (innermost) .. dims[0]. When the element count and every offset fit in 31 bits the
+//   index math is 32-bit and divides by multiply-high (kernels/fast_divmod.h, as eager's offset
+//   calculator does), otherwise it is 64-bit with divide instructions. Not mirrored: eager's
+//   ordering of the outer dims by output stride (the merge iterates l inside n where eager takes
+//   n inside l; both keep the output's unit stride innermost, so a warp touches the same runs of
+//   d elements) and its coalescing of adjacent dims (possible here only with one head, N = 1).
 //   Limits: dims >= 0, strides >= 0, product of dims <= 2^62, (dims[k] - 1)·stride[k] <= 2^58;
 //   the output strides must give distinct elements distinct addresses (checked: sorted by
 //   stride, each stride exceeds the span of the smaller ones); in and out spans disjoint.
