@@ -159,11 +159,45 @@ __device__ __forceinline__ float sinusoid(float position, std::int64_t col, cons
   return is_sin ? sinf(r) : cosf(r);
 }
 
+// The per-launch sinusoid table: table[r, c] = sinusoid(first_position + r, c), the very values
+// the computed path forms per element (bitwise), for rows r < rows. Grid (ceil(H / kThreads),
+// min(rows, 65535)): a thread per column, block rows y, y + gridDim.y, ... (no index division).
+__global__ void __launch_bounds__(kThreads)
+    embedding_sinusoid_table_kernel(float* table, std::int64_t rows, std::int64_t hidden,
+                                    std::int64_t first_position, const SinusoidArgs s) {
+  const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (col >= hidden) return;
+  for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    table[r * hidden + col] = sinusoid(static_cast<float>(first_position + r), col, s);
+}
+
+// Where the forward's position values come from (see launch_embedding_fwd).
+enum class PositionSource { learned, sinusoid_table, sinusoid_computed };
+
+// K floats of a float table row: K / 4 Packed<float> loads when `whole` (the row and column
+// 16-byte aligned), else `count` scalar loads (the rest 0).
+template <int K>
+__device__ __forceinline__ void load_table_floats(const float* src, float (&v)[K], int count, bool whole) {
+  if (whole) {
+#pragma unroll
+    for (int j = 0; j < K; j += 4) {
+      const Packed<float> packed = Packed<float>::load(src + j);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[j + k] = packed.v[k];
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = k < count ? src[k] : 0.0f;
+  }
+}
+
 template <class T>
 struct FwdArgs {
   T* y = nullptr;
   const T* token_table = nullptr;
   const T* position_table = nullptr;
+  const float* sinusoid_table = nullptr;  // [L, H] rows for positions position_offset + r
+  std::int64_t position_offset = 0;
   TileArgs tile;
   SinusoidArgs sinusoid;
   std::int64_t hidden = 0;
@@ -177,9 +211,11 @@ struct FwdArgs {
 // 512 fp32 or 1024 16-bit columns, is a single step).
 constexpr int kUnroll = 4;
 
-template <class T, bool kLearned, bool kNonpad>
+template <class T, PositionSource kSource, bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
+  constexpr bool kLearned = kSource == PositionSource::learned;
+  constexpr bool kTable = kSource == PositionSource::sinusoid_table;
   const Slot s = token_slot<kNonpad>(a.tile, warp_token());
   if (!s.active) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -187,6 +223,8 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
   T* __restrict__ out = a.y + s.index * hidden;
   const T* __restrict__ tok_row = a.token_table + static_cast<std::int64_t>(s.valid ? s.token : 0) * hidden;
   const T* __restrict__ pos_row = kLearned ? a.position_table + s.position * hidden : nullptr;
+  const float* __restrict__ sin_row =
+      kTable ? a.sinusoid_table + (s.position - a.position_offset) * hidden : nullptr;
   const float position = static_cast<float>(s.position);
   for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
     float t[kUnroll][K], q[kUnroll][K];
@@ -199,6 +237,7 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
       if (s.valid && count[u] > 0) {
         load_floats<T, K>(tok_row + c0, t[u], count[u], whole);
         if constexpr (kLearned) load_floats<T, K>(pos_row + c0, q[u], count[u], whole);
+        if constexpr (kTable) load_table_floats<K>(sin_row + c0, q[u], count[u], whole);
       } else {
 #pragma unroll
         for (int k = 0; k < K; ++k) t[u][k] = q[u][k] = 0.0f;
@@ -217,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
 #pragma unroll
         for (int k = 0; k < K; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
       } else {
-        if constexpr (!kLearned) {
+        if constexpr (kSource == PositionSource::sinusoid_computed) {
 #pragma unroll
           for (int k = 0; k < K; ++k) q[u][k] = k < count[u] ? sinusoid(position, c0 + k, a.sinusoid) : 0.0f;
         }
@@ -643,6 +682,32 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
+// The fused forward's workspace: [nonpad_count positions, B·L int32 | 256-byte aligned]
+// [frequencies, floor(H/2) float2 | 256-byte aligned when a table follows] [sinusoid table,
+// L·H float] (embedding_fwd_uses_sinusoid_table). Host only; the shape is validated by the caller.
+struct FwdWorkspaceLayout {
+  std::size_t freq_at = 0, table_at = 0, table_bytes = 0, total = 0;
+};
+
+FwdWorkspaceLayout fwd_workspace_layout(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  FwdWorkspaceLayout l;
+  const bool sinusoidal = config.positions == PositionEncoding::sinusoidal;
+  l.freq_at = config.indexing == PositionIndexing::nonpad_count
+                  ? align_up(static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t))
+                  : 0;
+  const std::size_t freq = sinusoidal ? static_cast<std::size_t>(shape.hidden / 2) * sizeof(float2) : 0;
+  const bool table =
+      sinusoidal && shape.hidden >= 2 && shape.batch >= 2 &&
+      static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float) <=
+          kEmbeddingSinusoidTableMaxBytes;
+  l.table_at = l.freq_at + (table ? align_up(freq) : freq);
+  l.table_bytes =
+      table ? static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float)
+            : 0;
+  l.total = l.table_at + l.table_bytes;
+  return l;
+}
+
 // A tensor argument: non-null and aligned to its element (misaligned element accesses fault on
 // the device; the kernels' vector paths additionally test 16-byte alignment themselves).
 template <class E>
@@ -825,10 +890,11 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     require_disjoint(y, y_bytes, position_table, table_bytes<T>(shape.num_positions, shape.hidden), op, "y",
                      "position_table");
   }
-  // Workspace: [nonpad_count positions, B·L int32 | 256-byte aligned] [frequencies, half float2].
+  // Workspace (fwd_workspace_layout): [nonpad_count positions] [frequencies] [sinusoid table].
   const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
   const std::int64_t half = learned ? 0 : shape.hidden / 2;
-  const std::size_t need = embedding_fwd_workspace_bytes(shape, config);
+  const FwdWorkspaceLayout layout = fwd_workspace_layout(shape, config);
+  const std::size_t need = layout.total;
   SEQBENCH_REQUIRE(workspace_bytes >= need,
                    op << ": workspace of " << workspace_bytes << " bytes, needs " << need);
   if (need > 0) {
@@ -854,7 +920,7 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   }
   FwdArgs<T> a;
   if (half > 0) {
-    auto* freq = reinterpret_cast<float2*>(base + (nonpad ? align_up(static_cast<std::size_t>(n) * 4) : 0));
+    auto* freq = reinterpret_cast<float2*>(base + layout.freq_at);
     const double log2_step = half > 1 ? -std::log2(10000.0) / static_cast<double>(half - 1) : 0.0;
     embedding_frequency_kernel<<<static_cast<unsigned>((half + kThreads - 1) / kThreads), kThreads, 0,
                                  stream>>>(freq, half, log2_step);
@@ -865,6 +931,16 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     a.sinusoid.two_pi_hi = static_cast<float>(kTwoPi);
     a.sinusoid.two_pi_lo = static_cast<float>(kTwoPi - static_cast<double>(a.sinusoid.two_pi_hi));
     a.sinusoid.inv_two_pi = static_cast<float>(1.0 / kTwoPi);
+    if (layout.table_bytes > 0) {
+      auto* table = reinterpret_cast<float*>(base + layout.table_at);
+      const dim3 grid(static_cast<unsigned>((shape.hidden + kThreads - 1) / kThreads),
+                      static_cast<unsigned>(std::min<std::int64_t>(shape.len, 65535)));
+      embedding_sinusoid_table_kernel<<<grid, kThreads, 0, stream>>>(table, shape.len, shape.hidden,
+                                                                     config.position_offset, a.sinusoid);
+      SEQBENCH_CUDA_CHECK_LAUNCH();
+      a.sinusoid_table = table;
+      a.position_offset = config.position_offset;
+    }
   }
   a.y = y;
   a.token_table = token_table;
@@ -878,10 +954,19 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   a.offset = config.dropout.offset;
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(y) &&
                   is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table);
-  dispatch_positions(config, [&](auto learned_tag, auto nonpad_tag) {
-    embedding_fwd_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
-        <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
-  });
+  const auto launch = [&](auto source_tag) {
+    constexpr PositionSource source = decltype(source_tag)::value;
+    if (nonpad)
+      embedding_fwd_kernel<T, source, true><<<tile_blocks(shape), kThreads, 0, stream>>>(a);
+    else
+      embedding_fwd_kernel<T, source, false><<<tile_blocks(shape), kThreads, 0, stream>>>(a);
+  };
+  if (learned)
+    launch(std::integral_constant<PositionSource, PositionSource::learned>{});
+  else if (a.sinusoid_table != nullptr)
+    launch(std::integral_constant<PositionSource, PositionSource::sinusoid_table>{});
+  else
+    launch(std::integral_constant<PositionSource, PositionSource::sinusoid_computed>{});
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -979,16 +1064,42 @@ int embedding_sort_key_bits(std::int64_t sentinel) {
   return std::max(1, static_cast<int>(std::bit_width(static_cast<std::uint32_t>(sentinel))));
 }
 
+bool embedding_fwd_uses_sinusoid_table(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+  require_embedding_args(shape, config, "embedding_fwd_uses_sinusoid_table");
+  return config.positions == PositionEncoding::sinusoidal && shape.hidden >= 2 && shape.batch >= 2 &&
+         static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float) <=
+             kEmbeddingSinusoidTableMaxBytes;
+}
+
 std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
   require_embedding_args(shape, config, "embedding_fwd_workspace_bytes");
-  const std::size_t positions =
-      config.indexing == PositionIndexing::nonpad_count
-          ? align_up(static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t))
-          : 0;
-  const std::size_t freq = config.positions == PositionEncoding::sinusoidal
-                               ? static_cast<std::size_t>(shape.hidden / 2) * sizeof(float2)
-                               : 0;
-  return positions + freq;
+  return fwd_workspace_layout(shape, config).total;
+}
+
+std::size_t embedding_fwd_workspace_bytes_upto(std::int64_t max_tokens, std::int64_t max_len,
+                                               EmbeddingShape dims, const EmbeddingConfig& config) {
+  constexpr const char* op = "embedding_fwd_workspace_bytes_upto";
+  SEQBENCH_REQUIRE(max_len >= 1 && max_tokens >= max_len, op << ": max_len " << max_len << " and max_tokens "
+                                                             << max_tokens
+                                                             << " need 1 <= max_len <= max_tokens");
+  // Every part is largest at its own extreme: the positions at the most tokens (one-token
+  // sentences), the table at the longest length that still has two sentences and fits the cap.
+  dims.batch = max_tokens;
+  dims.len = 1;
+  require_embedding_args(dims, config, op);
+  FwdWorkspaceLayout most = fwd_workspace_layout(dims, config);
+  std::size_t table = 0;
+  if (config.positions == PositionEncoding::sinusoidal && dims.hidden >= 2) {
+    const auto cap_rows = static_cast<std::int64_t>(kEmbeddingSinusoidTableMaxBytes /
+                                                    (static_cast<std::size_t>(dims.hidden) * sizeof(float)));
+    dims.len = std::min({max_len, max_tokens / 2, cap_rows});
+    dims.batch = 2;
+    if (dims.len >= 1) {
+      require_embedding_args(dims, config, op);
+      table = fwd_workspace_layout(dims, config).table_bytes;
+    }
+  }
+  return most.table_at + table;
 }
 
 std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {

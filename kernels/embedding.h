@@ -79,15 +79,24 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   Packed<T> store when H % K == 0 and y and the tables are 16-byte aligned, else K guarded
 //   scalar accesses (any H, tails included). A lane issues the loads of up to 4 vectors (columns
 //   c, c + 32·K, c + 64·K, c + 96·K) before using any. Sinusoids: a per-launch kernel computes the
-//   floor(H/2) frequencies in double into the workspace as two floats (hi + lo); per element, a
-//   two-float angle position·(hi + lo), a two-constant reduction by 2π and one sinf or cosf of
-//   the reduced argument (|r| < 8, the fast path): absolute error <= 16·u_f32 at any position
-//   < 2^24 (no sincosf pairing: a lane's columns are contiguous, sin and cos of one frequency
-//   sit half a row apart).
+//   floor(H/2) frequencies in double into the workspace as two floats (hi + lo); the value of
+//   (position, column) is a two-float angle position·(hi + lo), a two-constant reduction by 2π
+//   and one sinf or cosf of the reduced argument (|r| < 8, the fast path): absolute error
+//   <= 16·u_f32 at any position < 2^24 (no sincosf pairing: a lane's columns are contiguous, sin
+//   and cos of one frequency sit half a row apart). That is ~60 instructions a value, more than a
+//   memory-bound element can afford (~85 with the dropout's Philox, against ~40 at the copy rate
+//   of an H100 in 16-bit types), and every sentence of a batch repeats the same L·H values. So when
+//   embedding_fwd_uses_sinusoid_table (B >= 2, H >= 2, L·H floats <= 8 MiB) a second small
+//   kernel writes them once into a float [L, H] table in the workspace (positions
+//   position_offset .. position_offset + L - 1; a thread per column, no divisions) and the lookup
+//   reads its rows like a learned table's (two 16-byte float loads per vector): the same floats,
+//   so the output is bitwise that of the computed path, which runs otherwise (one sentence, or a
+//   table that would not stay in L2).
 //   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
 //   learned position rows) + B·L·H·sizeof(T) written.
 //   (+ B·L·8 for the nonpad_count positions pre-pass, + floor(H/2)·8 written once and then read
-//   by every token from L1/L2 for the sinusoid frequencies).
+//   by every token from L1/L2 for the sinusoid frequencies, + L·H·4 written once and read by every
+//   sentence, from L2, for the sinusoid table).
 //   Limits: require_embedding_args; y, tokens, token_table (and position_table when learned)
 //   non-null and aligned to their element when B·L > 0; y overlaps no input; workspace of
 //   embedding_fwd_workspace_bytes, 8-byte aligned, overlapping neither y nor tokens.
@@ -98,8 +107,23 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 
 // The fused forward's workspace (8-byte aligned; null allowed when 0): the nonpad_count
 // positions (B·L int32, rounded up to 256 bytes; none for slot indexing), then for sinusoidal
-// positions the per-column frequencies as two floats (floor(H/2)·8 bytes). Host only.
+// positions the per-column frequencies as two floats (floor(H/2)·8 bytes), then, when
+// embedding_fwd_uses_sinusoid_table, the sinusoid table (the frequencies rounded up to 256 bytes,
+// then L·H floats). Host only.
 std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
+
+// Whether the forward of this shape builds the per-launch sinusoid table: sinusoidal positions,
+// H >= 2, B >= 2 and L·H·4 <= kEmbeddingSinusoidTableMaxBytes. Host only.
+inline constexpr std::size_t kEmbeddingSinusoidTableMaxBytes = std::size_t{8} << 20;
+bool embedding_fwd_uses_sinusoid_table(const EmbeddingShape& shape, const EmbeddingConfig& config);
+
+// The largest embedding_fwd_workspace_bytes over every shape with B·L <= max_tokens and
+// L <= max_len (batch and len of `dims` ignored; its hidden, vocab and num_positions used), for a
+// caller that plans one workspace for all its batches. The size is not monotone in L (the table
+// stops above its cap), so this is not the size at any one shape. Requires
+// 1 <= max_len <= max_tokens. Host only.
+std::size_t embedding_fwd_workspace_bytes_upto(std::int64_t max_tokens, std::int64_t max_len,
+                                               EmbeddingShape dims, const EmbeddingConfig& config);
 
 // The atomic backward's workspace: B·L·4 bytes (the nonpad_count positions) for learned positions with
 // nonpad_count indexing; 0 otherwise (workspace may then be null): slot positions need no pre-pass,

@@ -113,11 +113,13 @@ std::vector<ParameterShape> embedding_layer_parameter_shapes(const EmbeddingLaye
 std::vector<TensorLifetime> embedding_layer_lifetimes(const EmbeddingLayerConfig& config,
                                                       const EmbeddingLayerOptions& options) {
   config.validate();
-  // The workspaces depend on the tokens B·L only (not on B and L apart): size them at
-  // max_batch_tokens one-token sentences, a shape the config always admits.
+  // The backward workspaces depend on the tokens B·L only (not on B and L apart): size them at
+  // max_batch_tokens one-token sentences, a shape the config always admits. The forward's also
+  // holds the sinusoid table of L·H floats when B >= 2: its bound over every admitted shape.
   const kernels::EmbeddingShape shape = config.kernel_shape(config.max_batch_tokens, 1);
   const kernels::EmbeddingConfig k = config.kernel_config(0, 0);
-  const std::size_t fwd = kernels::embedding_fwd_workspace_bytes(shape, k);
+  const std::size_t fwd =
+      kernels::embedding_fwd_workspace_bytes_upto(config.max_batch_tokens, config.max_seq_len, shape, k);
   const std::size_t bwd = options.deterministic_backward
                               ? kernels::embedding_bwd_sorted_workspace_bytes(shape, k)
                               : kernels::embedding_bwd_atomic_workspace_bytes(shape, k);

@@ -25,7 +25,8 @@
 // it. A training loop advances offset by kEmbeddingLayerDropoutOffsets per step.
 //
 // Memory: the kernels' workspaces at the maxima (B·L = max_batch_tokens tokens, H, vocab and the
-// position table's rows): the forward's (nonpad_count positions, sinusoid frequencies) and the
+// position table's rows): the forward's (nonpad_count positions, sinusoid frequencies, and the
+// sinusoid table of up to max_seq_len rows: kernels::embedding_fwd_workspace_bytes_upto) and the
 // chosen backward's (the sorted one: key/value arrays, float partials and CUB's sort storage; the
 // atomic one: the nonpad_count positions). They are planned as two tensors of one block
 // (MemoryManager; forward and backward never run at once, so they share bytes). Sizing the sorted

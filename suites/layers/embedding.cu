@@ -17,13 +17,14 @@
 // Minimal bytes (the layer is memory-bound; flops 0), with N = B·L tokens, C of them not padding,
 // D distinct non-padding token ids, s = sizeof(T), H = hidden:
 //   forward   N·4 (tokens) + D·H·s (each needed token-table row read once; sinusoids are
-//             computed, not read; padded rows read nothing) + N·H·s (y written once)
+//             computed, not read: the fused forward's per-launch table of L·H floats is written
+//             and then read from L2; padded rows read nothing) + N·H·s (y written once)
 //   backward  N·4 (tokens) + C·H·s (dy of the non-padding rows; padded rows send no gradient)
 //             + vocab·H·s (d_token_table written once: the layer's contract overwrites the whole
 //             table, both variants zero it first; params.zero_fill_bytes = (vocab - D)·H·s of it
 //             are the zero rows, for a reader who counts only the rows with a gradient)
 // Not counted (above the minimum): the baseline's intermediates and uint8 mask, the managed
-// layer's positions pre-pass, sort arrays and partials.
+// layer's positions pre-pass, sinusoid table, sort arrays and partials.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -14,7 +14,8 @@
 // record them as "zero_fill_bytes", so a reader can add them. Not counted either (variant costs
 // above the minimum): the sorted backward reads dy once per table (twice with learned positions),
 // its key/sort arrays and chunk partials; the nonpad_count positions pre-pass (B·L·8: the forward,
-// and the backwards of learned positions only).
+// and the backwards of learned positions only); the fused forward's sinusoid table (L·H·4 written
+// once, then read from L2 by every sentence: kernels/embedding.h).
 //
 // Checks, against reference/embedding.h in double with ref::make_dropout_mask, over >= 50 random
 // shapes per dtype (odd H included, random padding, both encodings and indexings, p ∈ {0, 0.1,

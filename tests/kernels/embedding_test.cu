@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -108,6 +110,63 @@ TEST(EmbeddingGpu, InvalidTokensGiveNanRowsAndNoGradient) {
   expect_invalid_tokens_give_nan_rows<float>(33);
   expect_invalid_tokens_give_nan_rows<__half>(1000);
   expect_invalid_tokens_give_nan_rows<__nv_bfloat16>(3);
+}
+
+// The sinusoid table (B >= 2) holds the very floats the computed path (B = 1) forms per element,
+// so each sentence of a batch comes out bitwise as it does alone. No dropout, so that sentence b
+// alone draws the same (all-keep) mask; both paths share the dropout code.
+template <class T>
+void expect_table_path_is_the_computed_one(std::int64_t batch, std::int64_t len, std::int64_t hidden,
+                                           kernels::PositionIndexing indexing, std::int64_t offset) {
+  const EmbeddingShape shape{batch, len, hidden, 50, 0};
+  EmbeddingConfig config;
+  config.scale = 1.7f;
+  config.padding_idx = 3;
+  config.indexing = indexing;
+  config.position_offset = offset;
+  ASSERT_TRUE(kernels::embedding_fwd_uses_sinusoid_table(shape, config));
+  const EmbeddingShape one{1, len, hidden, 50, 0};
+  ASSERT_FALSE(kernels::embedding_fwd_uses_sinusoid_table(one, config));
+  const auto n = static_cast<std::size_t>(shape.tokens()), h = static_cast<std::size_t>(hidden);
+  std::vector<std::int32_t> tokens(n);
+  for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::int32_t>((i * 7 + i / 5) % 50);  // some 3s
+  DeviceBuffer<T> table(random_values<T>(50 * h, 11, -1.0f, 1.0f));
+  DeviceBuffer<std::int32_t> tokens_d(tokens);
+  DeviceBuffer<T> y(n * h);
+  y.fill_bytes(0xFF);
+  DeviceBuffer<unsigned char> ws(kernels::embedding_fwd_workspace_bytes(shape, config));
+  ws.fill_bytes(0xFF);  // a stale table would show
+  kernels::launch_embedding_fwd<T>(y.data(), tokens_d.data(), table.data(), nullptr, shape, config, ws.data(),
+                                   ws.size(), nullptr);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<T> batched = y.copy_to_host();
+  const auto row = static_cast<std::size_t>(len) * h;
+  DeviceBuffer<T> y1(row);
+  DeviceBuffer<unsigned char> ws1(
+      std::max<std::size_t>(1, kernels::embedding_fwd_workspace_bytes(one, config)));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    y1.fill_bytes(0xFF);
+    kernels::launch_embedding_fwd<T>(y1.data(), tokens_d.data() + b * len, table.data(), nullptr, one, config,
+                                     ws1.data(), ws1.size(), nullptr);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<T> alone = y1.copy_to_host();
+    for (std::size_t e = 0; e < row; ++e) {
+      const T got = batched[static_cast<std::size_t>(b) * row + e];
+      ASSERT_EQ(std::memcmp(&got, &alone[e], sizeof(T)), 0)
+          << "B " << batch << " L " << len << " H " << hidden << " sentence " << b << " element " << e << ": "
+          << to_float(got) << " batched, " << to_float(alone[e]) << " alone";
+    }
+  }
+}
+
+TEST(EmbeddingGpu, SinusoidTableIsBitwiseTheComputedPath) {
+  SEQBENCH_REQUIRE_GPU();
+  using kernels::PositionIndexing;
+  expect_table_path_is_the_computed_one<float>(3, 17, 64, PositionIndexing::slot, 0);
+  expect_table_path_is_the_computed_one<float>(2, 5, 33, PositionIndexing::nonpad_count, 1000);
+  expect_table_path_is_the_computed_one<__half>(4, 9, 1000, PositionIndexing::slot, 7);
+  expect_table_path_is_the_computed_one<__nv_bfloat16>(3, 31, 1024, PositionIndexing::nonpad_count, 2);
+  expect_table_path_is_the_computed_one<__nv_bfloat16>(2, 3, 2, PositionIndexing::slot, (1 << 24) - 3);
 }
 
 TEST(EmbeddingGpu, EmptyBatchZeroesTheGradientTables) {

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -180,12 +181,21 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, c), 0u);         // learned, slot
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, nonpad), 256u);  // learned, nonpad_count
+  // Sinusoids with B >= 2: the frequencies rounded up to 256 bytes, then the L·H float table.
   EmbeddingConfig sinus;
-  EXPECT_EQ(embedding_fwd_workspace_bytes(s, sinus), 4u * 8u);  // H = 8: 4 frequencies
-  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1, 10), sinus), 0u);
-  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1001, 10), sinus), 500u * 8u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, sinus), 256u + 4u * 8u * 4u);          // H = 8: 4 frequencies
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(1, 4, 8, 10), sinus), 4u * 8u);  // one sentence: no table
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1, 10), sinus), 0u);       // H = 1: all zero
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1001, 10), sinus), 4096u + 4u * 1001u * 4u);
+  // The table's cap, 8 MiB: 2048 x 1024 floats is at it, one more row is past it.
+  EXPECT_TRUE(embedding_fwd_uses_sinusoid_table(shape_of(2, 2048, 1024, 10), sinus));
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 2048, 1024, 10), sinus), 4096u + (8u << 20));
+  EXPECT_FALSE(embedding_fwd_uses_sinusoid_table(shape_of(2, 2049, 1024, 10), sinus));
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 2049, 1024, 10), sinus), 4096u);
+  EXPECT_FALSE(embedding_fwd_uses_sinusoid_table(shape_of(1, 4, 8, 10), sinus));
+  EXPECT_FALSE(embedding_fwd_uses_sinusoid_table(s, c));  // learned
   sinus.indexing = PositionIndexing::nonpad_count;
-  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 1280u + 3u * 8u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 1280u + 256u + 3u * 7u * 4u);
   // The atomic backward computes positions only for a learned table's gradient: none for sinusoids.
   EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 0u);
   expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 0, nullptr); },
@@ -198,7 +208,7 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
       [&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, fake<char>(9) + 4, 256, nullptr); },
       "embedding_fwd: workspace is not 8-byte aligned");
   expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, sinus, nullptr, 16, nullptr); },
-               "embedding_fwd: workspace of 16 bytes, needs 288");
+               "embedding_fwd: workspace of 16 bytes, needs 640");  // 256 + 256 + 4 x 8 floats
   expect_error(
       [&] {
         launch_embedding_bwd_atomic<float>(y, fake<float>(11), fake<float>(10), tokens, s, nonpad, nullptr, 0,
@@ -344,6 +354,43 @@ TEST(EmbeddingBaseline, ValidatesItsArguments) {
       [&] { launch_embedding_positions(nullptr, idx, shape_of(2, 4, 8, 10), EmbeddingConfig{}, nullptr); },
       "embedding_positions: positions is null");
   EXPECT_NO_THROW(launch_scale<__half>(nullptr, nullptr, 0, 1.0f, nullptr));
+}
+
+TEST(EmbeddingValidation, WorkspaceUptoBoundsEveryAdmittedShape) {
+  // embedding_fwd_workspace_bytes_upto is the largest workspace over every B·L <= max_tokens,
+  // L <= max_len: brute force over small maxima, with hidden sizes around the table's cap (at
+  // H = 2^20 only two rows fit 8 MiB, above 2^21 none).
+  for (const std::int64_t h : {std::int64_t{1}, std::int64_t{2}, std::int64_t{7}, std::int64_t{1} << 20,
+                               (std::int64_t{1} << 21) + 1}) {
+    for (const auto positions : {PositionEncoding::sinusoidal, PositionEncoding::learned}) {
+      for (const auto indexing : {PositionIndexing::slot, PositionIndexing::nonpad_count}) {
+        EmbeddingConfig c;
+        c.positions = positions;
+        c.indexing = indexing;
+        for (std::int64_t max_tokens = 1; max_tokens <= 12; ++max_tokens) {
+          for (std::int64_t max_len = 1; max_len <= max_tokens; ++max_len) {
+            const EmbeddingShape dims = shape_of(0, 0, h, 10, max_len);
+            const std::size_t bound = embedding_fwd_workspace_bytes_upto(max_tokens, max_len, dims, c);
+            std::size_t largest = 0;
+            for (std::int64_t len = 1; len <= max_len; ++len) {
+              for (std::int64_t batch = 1; batch * len <= max_tokens; ++batch) {
+                const std::size_t need =
+                    embedding_fwd_workspace_bytes(shape_of(batch, len, h, 10, max_len), c);
+                ASSERT_LE(need, bound) << "H " << h << ", B " << batch << ", L " << len << ", max_tokens "
+                                       << max_tokens << ", max_len " << max_len;
+                largest = std::max(largest, need);
+              }
+            }
+            ASSERT_EQ(bound, largest)
+                << "H " << h << ", max_tokens " << max_tokens << ", max_len " << max_len;
+          }
+        }
+      }
+    }
+  }
+  expect_error(
+      [] { (void)embedding_fwd_workspace_bytes_upto(4, 5, shape_of(0, 0, 8, 10), EmbeddingConfig{}); },
+      "embedding_fwd_workspace_bytes_upto: max_len 5 and max_tokens 4 need 1 <= max_len <= max_tokens");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // fake allocator: the atomic backward's plan is sized on the host), and the workspaces at the maxima.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -168,8 +169,18 @@ TEST(EmbeddingLayerValidation, OneAllocationOfThePlannedBlock) {
         // At the maxima: 64 tokens (B·L), H = 12.
         const kernels::EmbeddingShape s = c.kernel_shape(64, 1);
         const kernels::EmbeddingConfig k = c.kernel_config(0, 0);
-        EXPECT_EQ(tensors[layer.memory().id("emb.fwd_workspace")].bytes,
-                  kernels::embedding_fwd_workspace_bytes(s, k));
+        // The forward's: enough for every admitted (B, L), the sinusoid table of the longest
+        // sentences included, and no more than the largest of them needs.
+        const std::size_t fwd = tensors[layer.memory().id("emb.fwd_workspace")].bytes;
+        std::size_t largest = 0;
+        for (std::int64_t len = 1; len <= c.max_seq_len; ++len) {
+          for (std::int64_t batch = 1; batch * len <= c.max_batch_tokens; ++batch) {
+            const std::size_t need = kernels::embedding_fwd_workspace_bytes(c.kernel_shape(batch, len), k);
+            ASSERT_LE(need, fwd) << "B = " << batch << ", L = " << len;
+            largest = std::max(largest, need);
+          }
+        }
+        EXPECT_EQ(fwd, largest);
         EXPECT_EQ(tensors[layer.memory().id("emb.bwd_workspace")].bytes,
                   kernels::embedding_bwd_atomic_workspace_bytes(s, k));
         // Forward and backward never run at once: the two workspaces share bytes.
