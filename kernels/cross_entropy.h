@@ -47,10 +47,10 @@
 //   Not fused: forward and backward into one launch (the backward needs lse first, i.e. a second
 //   pass over the row; LightSeq2 also runs them as separate kernels).
 //
-// Traffic (minimal bytes): forward N·V·sizeof(T) logits read + 4N targets + 12N (loss, nll, lse)
-// written; ignored rows read nothing. Backward N·V·sizeof(T) read + N·V·sizeof(T) written +
-// 8-12N (targets, lse, grad). FLOPs per element: forward ~5 (max, fma, exp2, add, add), backward
-// ~4 (fma, exp2, subtract, multiply).
+// Traffic (minimal bytes), C the rows not ignored (ignored rows read nothing): forward C·V·sizeof(T)
+// logits read + 4N targets + 12N (loss, nll, lse) written; backward C·V·sizeof(T) read +
+// N·V·sizeof(T) written + 8-12N (targets, lse, grad). FLOPs per element: forward ~5 (max, fma,
+// exp2, add, add), backward ~4 (fma, exp2, subtract, multiply).
 //
 // Limits (checked; seqbench::Error names the value and the limit): 0 <= N <= kCrossEntropyMaxRows,
 // 1 <= V <= kCrossEntropyMaxVocab, V >= 2 for the fairseq convention with ε > 0, smoothing finite

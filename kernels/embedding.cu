@@ -122,7 +122,8 @@ __global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const Pos
 }
 
 // Sinusoids. The per-column frequencies f_k = 10000^(-k/(half-1)) (1 for half = 1) are computed
-// once per launch in double by embedding_frequency_kernel and kept as two floats hi + lo
+// in double (sinusoid_frequency: once per launch by embedding_frequency_kernel for the computed
+// path, once per column by the table kernel) and kept as two floats hi + lo
 // (|f - hi - lo| <= 2^-48·f). The angle θ = position·f (position < 2^24, exact in float) is
 // formed as an unevaluated sum θ_hi + θ_lo (θ_hi + e = position·hi exactly by an FMA, θ_lo =
 // position·lo + e), reduced by 2π = C1 + C2 (two floats) with n = rint(θ_hi/2π): r = θ_hi - n·C1
@@ -131,24 +132,28 @@ __global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const Pos
 // suites/operators/embedding.cu): <= 16·u_f32 absolute, instead of ~24·u_f32·position for θ
 // computed in plain float.
 struct SinusoidArgs {
-  const float2* freq = nullptr;  // [half]: hi, lo
+  const float2* freq = nullptr;  // [half]: hi, lo (the computed path)
   std::int64_t half = 0;
+  double log2_step = 0.0;  // log2 f_k = k·log2_step
   float two_pi_hi = 0.0f, two_pi_lo = 0.0f, inv_two_pi = 0.0f;
 };
+
+__device__ __forceinline__ float2 sinusoid_frequency(std::int64_t k, double log2_step) {
+  const double f = exp2(static_cast<double>(k) * log2_step);
+  const auto hi = static_cast<float>(f);
+  return make_float2(hi, static_cast<float>(f - static_cast<double>(hi)));
+}
 
 __global__ void __launch_bounds__(kThreads)
     embedding_frequency_kernel(float2* freq, std::int64_t half, double log2_step) {
   const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (k >= half) return;
-  const double f = exp2(static_cast<double>(k) * log2_step);
-  const auto hi = static_cast<float>(f);
-  freq[k] = make_float2(hi, static_cast<float>(f - static_cast<double>(hi)));
+  freq[k] = sinusoid_frequency(k, log2_step);
 }
 
-__device__ __forceinline__ float sinusoid(float position, std::int64_t col, const SinusoidArgs& s) {
-  if (col >= 2 * s.half) return 0.0f;  // the odd H's last column
-  const bool is_sin = col < s.half;
-  const float2 f = s.freq[is_sin ? col : col - s.half];
+// sin or cos of position·f (f = hi + lo), as described above.
+__device__ __forceinline__ float sinusoid_value(float position, float2 f, bool is_sin,
+                                                const SinusoidArgs& s) {
   const float theta_hi = position * f.x;
   const float err = fmaf(position, f.x, -theta_hi);  // exact
   const float theta_lo = fmaf(position, f.y, err);
@@ -159,16 +164,29 @@ __device__ __forceinline__ float sinusoid(float position, std::int64_t col, cons
   return is_sin ? sinf(r) : cosf(r);
 }
 
+__device__ __forceinline__ float sinusoid(float position, std::int64_t col, const SinusoidArgs& s) {
+  if (col >= 2 * s.half) return 0.0f;  // the odd H's last column
+  const bool is_sin = col < s.half;
+  return sinusoid_value(position, s.freq[is_sin ? col : col - s.half], is_sin, s);
+}
+
 // The per-launch sinusoid table: table[r, c] = sinusoid(first_position + r, c), the very values
-// the computed path forms per element (bitwise), for rows r < rows. Grid (ceil(H / kThreads),
-// min(rows, 65535)): a thread per column, block rows y, y + gridDim.y, ... (no index division).
+// the computed path forms per element (bitwise: the same frequency and value functions), for rows
+// r < rows. Grid (ceil(H / kThreads), min(rows, 65535)): a thread per column, which computes its
+// frequency itself (no frequency kernel on this path), block rows y, y + gridDim.y, ... (no index
+// division).
 __global__ void __launch_bounds__(kThreads)
     embedding_sinusoid_table_kernel(float* table, std::int64_t rows, std::int64_t hidden,
                                     std::int64_t first_position, const SinusoidArgs s) {
   const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (col >= hidden) return;
+  const bool zero = col >= 2 * s.half;  // the odd H's last column
+  const bool is_sin = col < s.half;
+  const float2 f =
+      zero ? make_float2(0.0f, 0.0f) : sinusoid_frequency(is_sin ? col : col - s.half, s.log2_step);
   for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    table[r * hidden + col] = sinusoid(static_cast<float>(first_position + r), col, s);
+    table[r * hidden + col] =
+        zero ? 0.0f : sinusoid_value(static_cast<float>(first_position + r), f, is_sin, s);
 }
 
 // Where the forward's position values come from (see launch_embedding_fwd).
@@ -682,9 +700,10 @@ std::size_t align_up(std::size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
-// The fused forward's workspace: [nonpad_count positions, B·L int32 | 256-byte aligned]
-// [frequencies, floor(H/2) float2 | 256-byte aligned when a table follows] [sinusoid table,
-// L·H float] (embedding_fwd_uses_sinusoid_table). Host only; the shape is validated by the caller.
+// The fused forward's workspace: [nonpad_count positions, B·L int32 | 256-byte aligned] then,
+// for sinusoids, either the sinusoid table (L·H float, embedding_fwd_uses_sinusoid_table) or the
+// frequencies (floor(H/2) float2) of the computed path. Host only; the shape is validated by the
+// caller.
 struct FwdWorkspaceLayout {
   std::size_t freq_at = 0, table_at = 0, table_bytes = 0, total = 0;
 };
@@ -700,11 +719,11 @@ FwdWorkspaceLayout fwd_workspace_layout(const EmbeddingShape& shape, const Embed
       sinusoidal && shape.hidden >= 2 && shape.batch >= 2 &&
       static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float) <=
           kEmbeddingSinusoidTableMaxBytes;
-  l.table_at = l.freq_at + (table ? align_up(freq) : freq);
+  l.table_at = l.freq_at;
   l.table_bytes =
       table ? static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float)
             : 0;
-  l.total = l.table_at + l.table_bytes;
+  l.total = l.freq_at + (table ? l.table_bytes : freq);
   return l;
 }
 
@@ -920,14 +939,9 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   }
   FwdArgs<T> a;
   if (half > 0) {
-    auto* freq = reinterpret_cast<float2*>(base + layout.freq_at);
-    const double log2_step = half > 1 ? -std::log2(10000.0) / static_cast<double>(half - 1) : 0.0;
-    embedding_frequency_kernel<<<static_cast<unsigned>((half + kThreads - 1) / kThreads), kThreads, 0,
-                                 stream>>>(freq, half, log2_step);
-    SEQBENCH_CUDA_CHECK_LAUNCH();
     constexpr double kTwoPi = 6.283185307179586476925286766559;
-    a.sinusoid.freq = freq;
     a.sinusoid.half = half;
+    a.sinusoid.log2_step = half > 1 ? -std::log2(10000.0) / static_cast<double>(half - 1) : 0.0;
     a.sinusoid.two_pi_hi = static_cast<float>(kTwoPi);
     a.sinusoid.two_pi_lo = static_cast<float>(kTwoPi - static_cast<double>(a.sinusoid.two_pi_hi));
     a.sinusoid.inv_two_pi = static_cast<float>(1.0 / kTwoPi);
@@ -940,6 +954,12 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
       SEQBENCH_CUDA_CHECK_LAUNCH();
       a.sinusoid_table = table;
       a.position_offset = config.position_offset;
+    } else {
+      auto* freq = reinterpret_cast<float2*>(base + layout.freq_at);
+      embedding_frequency_kernel<<<static_cast<unsigned>((half + kThreads - 1) / kThreads), kThreads, 0,
+                                   stream>>>(freq, half, a.sinusoid.log2_step);
+      SEQBENCH_CUDA_CHECK_LAUNCH();
+      a.sinusoid.freq = freq;
     }
   }
   a.y = y;
@@ -952,8 +972,11 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
   a.offset = config.dropout.offset;
+  // The sinusoid table's rows and vectors are 16-byte aligned when its base is (H % K == 0), and
+  // the workspace is only required to be 8-byte aligned.
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(y) &&
-                  is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table);
+                  is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table) &&
+                  is_vector_aligned_or_null(a.sinusoid_table);
   const auto launch = [&](auto source_tag) {
     constexpr PositionSource source = decltype(source_tag)::value;
     if (nonpad)
@@ -1082,24 +1105,16 @@ std::size_t embedding_fwd_workspace_bytes_upto(std::int64_t max_tokens, std::int
   SEQBENCH_REQUIRE(max_len >= 1 && max_tokens >= max_len, op << ": max_len " << max_len << " and max_tokens "
                                                              << max_tokens
                                                              << " need 1 <= max_len <= max_tokens");
-  // Every part is largest at its own extreme: the positions at the most tokens (one-token
-  // sentences), the table at the longest length that still has two sentences and fits the cap.
-  dims.batch = max_tokens;
-  dims.len = 1;
-  require_embedding_args(dims, config, op);
-  FwdWorkspaceLayout most = fwd_workspace_layout(dims, config);
-  std::size_t table = 0;
-  if (config.positions == PositionEncoding::sinusoidal && dims.hidden >= 2) {
-    const auto cap_rows = static_cast<std::int64_t>(kEmbeddingSinusoidTableMaxBytes /
-                                                    (static_cast<std::size_t>(dims.hidden) * sizeof(float)));
-    dims.len = std::min({max_len, max_tokens / 2, cap_rows});
-    dims.batch = 2;
-    if (dims.len >= 1) {
-      require_embedding_args(dims, config, op);
-      table = fwd_workspace_layout(dims, config).table_bytes;
-    }
+  // For a given L the workspace grows with B (the positions grow, and B >= 2 swaps the frequencies
+  // for a table at least as large), so the largest is at B = floor(max_tokens / L) for some L.
+  std::size_t largest = 0;
+  for (std::int64_t len = 1; len <= max_len; ++len) {
+    dims.len = len;
+    dims.batch = max_tokens / len;
+    require_embedding_args(dims, config, op);
+    largest = std::max(largest, fwd_workspace_layout(dims, config).total);
   }
-  return most.table_at + table;
+  return largest;
 }
 
 std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {

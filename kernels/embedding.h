@@ -86,17 +86,17 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   and cos of one frequency sit half a row apart). That is ~60 instructions a value, more than a
 //   memory-bound element can afford (~85 with the dropout's Philox, against ~40 at the copy rate
 //   of an H100 in 16-bit types), and every sentence of a batch repeats the same L·H values. So when
-//   embedding_fwd_uses_sinusoid_table (B >= 2, H >= 2, L·H floats <= 8 MiB) a second small
-//   kernel writes them once into a float [L, H] table in the workspace (positions
-//   position_offset .. position_offset + L - 1; a thread per column, no divisions) and the lookup
-//   reads its rows like a learned table's (two 16-byte float loads per vector): the same floats,
-//   so the output is bitwise that of the computed path, which runs otherwise (one sentence, or a
-//   table that would not stay in L2).
+//   embedding_fwd_uses_sinusoid_table (B >= 2, H >= 2, L·H floats <= 8 MiB) a small kernel
+//   writes them once into a float [L, H] table in the workspace (positions position_offset ..
+//   position_offset + L - 1; a thread per column computing its own frequency, so no frequency
+//   kernel runs on this path; no divisions) and the lookup reads its rows like a learned table's
+//   (two 16-byte float loads per vector): the same floats, so the output is bitwise that of the
+//   computed path, which runs otherwise (one sentence, or a table that would not stay in L2).
 //   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
 //   learned position rows) + B·L·H·sizeof(T) written.
-//   (+ B·L·8 for the nonpad_count positions pre-pass, + floor(H/2)·8 written once and then read
-//   by every token from L1/L2 for the sinusoid frequencies, + L·H·4 written once and read by every
-//   sentence, from L2, for the sinusoid table).
+//   (+ B·L·8 for the nonpad_count positions pre-pass; for sinusoids, either L·H·4 written once and
+//   read by every sentence from L2 (the table), or floor(H/2)·8 written once and read by every
+//   token from L1/L2 (the frequencies)).
 //   Limits: require_embedding_args; y, tokens, token_table (and position_table when learned)
 //   non-null and aligned to their element when B·L > 0; y overlaps no input; workspace of
 //   embedding_fwd_workspace_bytes, 8-byte aligned, overlapping neither y nor tokens.
@@ -107,9 +107,9 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 
 // The fused forward's workspace (8-byte aligned; null allowed when 0): the nonpad_count
 // positions (B·L int32, rounded up to 256 bytes; none for slot indexing), then for sinusoidal
-// positions the per-column frequencies as two floats (floor(H/2)·8 bytes), then, when
-// embedding_fwd_uses_sinusoid_table, the sinusoid table (the frequencies rounded up to 256 bytes,
-// then L·H floats). Host only.
+// positions either the sinusoid table (L·H floats, when embedding_fwd_uses_sinusoid_table) or
+// the per-column frequencies as two floats (floor(H/2)·8 bytes). The vector path reads the table
+// with 16-byte loads only when the workspace is 16-byte aligned. Host only.
 std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
 
 // Whether the forward of this shape builds the per-launch sinusoid table: sinusoidal positions,

@@ -242,7 +242,7 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
   // the launches): fp16 params and grads, fp32 state, no master copy.
   //   Adam:         read p, g, m, v (2+2+4+4 = 12 B), write p, m, v (2+4+4 = 10 B)  = 22 B/param
   //   SGD momentum: read p, g, buf  (2+2+4   =  8 B), write p, buf   (2+4   =  6 B)  = 14 B/param
-  // An fp32 master adds 8 B/param (read + write of 4 B; p is then written, not read): 28 / 20.
+  // An fp32 master adds 6 B/param net (read + write of 4 B; p is then written, not read): 28 / 20.
   // The variants' extra traffic (master, Fairseq's fp32 gradient copy, the statistics pass's extra
   // gradient read) is overhead, so GB/s compares the same work across variants.
   const double bytes =

@@ -15,7 +15,7 @@
 //   forward  C·V·sizeof(T) logits + 4N targets read, 12N (loss, nll, lse) + 16 (totals) written;
 //   backward C·V·sizeof(T) logits + 4N targets + 8C (lse, grad_loss) read, N·V·sizeof(T) dlogits
 //            written (ignored rows are written as zeros).
-// Every shape has >= 16M elements.
+// Every shape of the full and quick grids has >= 16M elements (not the simt-only tiny shapes).
 //
 // Checks: fused forward (loss, nll, lse), totals, fused backward (per-row and scalar upstream
 // gradient), unfused forward and backward, against reference/cross_entropy.h in double; the

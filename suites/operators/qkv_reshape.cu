@@ -152,7 +152,10 @@ ExperimentSpec qkv_reshape_experiment(Pass pass, std::int64_t tokens, std::int64
   // writes the heads; its backward reads d_heads and writes d_projected and dbias; the merge
   // reads and writes n elements.
   const double bytes = pass == Pass::merge ? sz * 2 * n : sz * (2 * n + c);
-  e.variants = {{"unfused", bytes, 0}, {"fused", bytes, 0}};
+  // FLOPs: the split adds the bias to each element, its backward sums each element into dbias;
+  // the merge only moves.
+  const double flops = pass == Pass::merge ? 0.0 : n;
+  e.variants = {{"unfused", bytes, flops}, {"fused", bytes, flops}};
   e.dump_variant = "fused";
   e.prepare = [s, pass] {
     auto st = std::make_shared<BenchState<T>>(s, pass);

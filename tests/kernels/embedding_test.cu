@@ -132,14 +132,23 @@ void expect_table_path_is_the_computed_one(std::int64_t batch, std::int64_t len,
   for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::int32_t>((i * 7 + i / 5) % 50);  // some 3s
   DeviceBuffer<T> table(random_values<T>(50 * h, 11, -1.0f, 1.0f));
   DeviceBuffer<std::int32_t> tokens_d(tokens);
-  DeviceBuffer<T> y(n * h);
-  y.fill_bytes(0xFF);
-  DeviceBuffer<unsigned char> ws(kernels::embedding_fwd_workspace_bytes(shape, config));
-  ws.fill_bytes(0xFF);  // a stale table would show
-  kernels::launch_embedding_fwd<T>(y.data(), tokens_d.data(), table.data(), nullptr, shape, config, ws.data(),
-                                   ws.size(), nullptr);
-  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<T> batched = y.copy_to_host();
+  // The workspace at a 16-byte boundary (vector loads of the table) and 8 bytes past one (the
+  // launcher's minimum: the table is then read element by element, as are the other tensors).
+  std::vector<T> batched_at[2];
+  for (int misaligned = 0; misaligned < 2; ++misaligned) {
+    DeviceBuffer<T> y(n * h);
+    y.fill_bytes(0xFF);
+    const std::size_t ws_bytes = kernels::embedding_fwd_workspace_bytes(shape, config);
+    DeviceBuffer<unsigned char> ws(ws_bytes + 8);
+    ws.fill_bytes(0xFF);  // a stale table would show
+    kernels::launch_embedding_fwd<T>(y.data(), tokens_d.data(), table.data(), nullptr, shape, config,
+                                     ws.data() + 8 * misaligned, ws_bytes, nullptr);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    batched_at[misaligned] = y.copy_to_host();
+  }
+  const std::vector<T>& batched = batched_at[0];
+  ASSERT_EQ(std::memcmp(batched_at[0].data(), batched_at[1].data(), n * h * sizeof(T)), 0)
+      << "the scalar table path differs from the vector one";
   const auto row = static_cast<std::size_t>(len) * h;
   DeviceBuffer<T> y1(row);
   DeviceBuffer<unsigned char> ws1(

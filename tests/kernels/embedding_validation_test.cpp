@@ -181,21 +181,22 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, c), 0u);         // learned, slot
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, nonpad), 256u);  // learned, nonpad_count
-  // Sinusoids with B >= 2: the frequencies rounded up to 256 bytes, then the L·H float table.
+  // Sinusoids with B >= 2: the L·H float table (whose kernel computes the frequencies itself);
+  // otherwise the floor(H/2) frequencies as float2.
   EmbeddingConfig sinus;
-  EXPECT_EQ(embedding_fwd_workspace_bytes(s, sinus), 256u + 4u * 8u * 4u);          // H = 8: 4 frequencies
+  EXPECT_EQ(embedding_fwd_workspace_bytes(s, sinus), 4u * 8u * 4u);                 // L = 4, H = 8
   EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(1, 4, 8, 10), sinus), 4u * 8u);  // one sentence: no table
   EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1, 10), sinus), 0u);       // H = 1: all zero
-  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1001, 10), sinus), 4096u + 4u * 1001u * 4u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 4, 1001, 10), sinus), 4u * 1001u * 4u);
   // The table's cap, 8 MiB: 2048 x 1024 floats is at it, one more row is past it.
   EXPECT_TRUE(embedding_fwd_uses_sinusoid_table(shape_of(2, 2048, 1024, 10), sinus));
-  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 2048, 1024, 10), sinus), 4096u + (8u << 20));
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 2048, 1024, 10), sinus), 8u << 20);
   EXPECT_FALSE(embedding_fwd_uses_sinusoid_table(shape_of(2, 2049, 1024, 10), sinus));
   EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(2, 2049, 1024, 10), sinus), 4096u);
   EXPECT_FALSE(embedding_fwd_uses_sinusoid_table(shape_of(1, 4, 8, 10), sinus));
   EXPECT_FALSE(embedding_fwd_uses_sinusoid_table(s, c));  // learned
   sinus.indexing = PositionIndexing::nonpad_count;
-  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 1280u + 256u + 3u * 7u * 4u);
+  EXPECT_EQ(embedding_fwd_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 1280u + 3u * 7u * 4u);
   // The atomic backward computes positions only for a learned table's gradient: none for sinusoids.
   EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(100, 3, 7, 10), sinus), 0u);
   expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, nullptr, 0, nullptr); },
@@ -208,7 +209,7 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
       [&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, nonpad, fake<char>(9) + 4, 256, nullptr); },
       "embedding_fwd: workspace is not 8-byte aligned");
   expect_error([&] { launch_embedding_fwd<float>(y, tokens, table, pos, s, sinus, nullptr, 16, nullptr); },
-               "embedding_fwd: workspace of 16 bytes, needs 640");  // 256 + 256 + 4 x 8 floats
+               "embedding_fwd: workspace of 16 bytes, needs 384");  // 256 + 4 x 8 floats
   expect_error(
       [&] {
         launch_embedding_bwd_atomic<float>(y, fake<float>(11), fake<float>(10), tokens, s, nonpad, nullptr, 0,
