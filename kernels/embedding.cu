@@ -1089,9 +1089,7 @@ int embedding_sort_key_bits(std::int64_t sentinel) {
 
 bool embedding_fwd_uses_sinusoid_table(const EmbeddingShape& shape, const EmbeddingConfig& config) {
   require_embedding_args(shape, config, "embedding_fwd_uses_sinusoid_table");
-  return config.positions == PositionEncoding::sinusoidal && shape.hidden >= 2 && shape.batch >= 2 &&
-         static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float) <=
-             kEmbeddingSinusoidTableMaxBytes;
+  return fwd_workspace_layout(shape, config).table_bytes > 0;
 }
 
 std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
