@@ -169,6 +169,10 @@ OptimizerConfig optimizer_config(OptimizerKind kind) {
 }
 
 constexpr DType kDType = DType::f16;
+// Mode (c), bf16 parameters with stochastic rounding: the same step over the same bytes in bf16,
+// so that its time beside "fused" shows what the rounding's Philox draws cost.
+constexpr DType kRoundingDType = DType::bf16;
+constexpr std::uint64_t kRoundingSeed = 0x5eed0f5a;
 constexpr double kLearningRate = 1e-3;
 // Gradients are stored in [-1.01, -0.01] U [0.01, 1.01): finite fp16 values, never zero; divided by
 // this fixed scale they are at most ~1e-3, and their squared sum stays far below float's range.
@@ -187,11 +191,11 @@ __global__ void fill_kernel(T* out, std::size_t offset, std::size_t n, std::uint
 
 // Fills each tensor of the layout (never the zero padding between them) with values that depend
 // only on the global index, so every variant starts from the same parameters and gradients.
-void fill_tensors(const WorkspaceLayout& layout, void* base, std::uint64_t seed, bool gradient) {
+void fill_tensors(const WorkspaceLayout& layout, DType dtype, void* base, std::uint64_t seed, bool gradient) {
   for (const trainer::TensorSlot& slot : layout.tensors()) {
     if (slot.count == 0) continue;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(1024, (slot.count + 255) / 256));
-    if (kDType == DType::f16)
+    if (dtype == DType::f16)
       fill_kernel<__half>
           <<<blocks, 256>>>(static_cast<__half*>(base), slot.offset, slot.count, seed, gradient);
     else
@@ -215,14 +219,15 @@ struct TrainerState {
 };
 
 std::unique_ptr<VariantState> make_variant(const WorkspaceLayout& layout, const OptimizerConfig& config,
-                                           PrecisionMode mode, bool per_tensor) {
+                                           PrecisionMode mode, bool per_tensor, DType dtype = kDType) {
   auto v = std::make_unique<VariantState>();
   const bool master = mode == PrecisionMode::master_fp32;
-  v->workspace = std::make_unique<Workspace>(layout, kDType, master);
-  fill_tensors(layout, v->workspace->params(), kParamSeed, false);
-  fill_tensors(layout, v->workspace->grads(), kGradSeed, true);
+  v->workspace = std::make_unique<Workspace>(layout, dtype, master);
+  fill_tensors(layout, dtype, v->workspace->params(), kParamSeed, false);
+  fill_tensors(layout, dtype, v->workspace->grads(), kGradSeed, true);
   if (master) v->workspace->copy_params_to_master(nullptr);
-  v->optimizer = std::make_unique<FusedOptimizer>(*v->workspace, config, mode);
+  const std::uint64_t seed = mode == PrecisionMode::stochastic_rounding ? kRoundingSeed : 0;
+  v->optimizer = std::make_unique<FusedOptimizer>(*v->workspace, config, mode, seed);
   if (per_tensor) {
     v->grads_fp32 = DeviceBuffer<float>(layout.total_elements());
     v->grads_fp32.fill_bytes(0);
@@ -244,7 +249,8 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
   //   SGD momentum: read p, g, buf  (2+2+4   =  8 B), write p, buf   (2+4   =  6 B)  = 14 B/param
   // An fp32 master adds 6 B/param net (read + write of 4 B; p is then written, not read): 28 / 20.
   // The variants' extra traffic (master, Fairseq's fp32 gradient copy, the statistics pass's extra
-  // gradient read) is overhead, so GB/s compares the same work across variants.
+  // gradient read) is overhead, so GB/s compares the same work across variants. fused_bf16_sr moves
+  // exactly these bytes (bf16 is 2 B too; the rounding draws its bits from Philox, not memory).
   const double bytes =
       static_cast<double>(trainer::minimal_update_bytes(n, kDType, config, PrecisionMode::no_master));
   const std::string optimizer{trainer::optimizer_kind_name(kind)};
@@ -271,7 +277,9 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
       {"footprint_bytes",
        {{"no_master", footprint(PrecisionMode::no_master)},
         {"master_fp32", footprint(PrecisionMode::master_fp32)},
-        {"per_tensor_fairseq", footprint(PrecisionMode::master_fp32) + n * sizeof(float)}}},
+        {"per_tensor_fairseq", footprint(PrecisionMode::master_fp32) + n * sizeof(float)},
+        {"stochastic_rounding_bf16",
+         trainer::memory_footprint(n, kRoundingDType, config, PrecisionMode::stochastic_rounding).total()}}},
   };
   // Every hyperparameter of the update, so that an outside runner steps the same rule.
   e.params["weight_decay"] = config.weight_decay;
@@ -287,8 +295,11 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
   for (const TensorSpec& t : model.tensors) elements.push_back(t.count);
   e.inputs = {{"tensor_elements", std::move(elements)}};
   e.baseline = "per_tensor";
-  e.variants = {
-      {"per_tensor", bytes, 0}, {"multi_tensor", bytes, 0}, {"fused", bytes, 0}, {"fused_master", bytes, 0}};
+  e.variants = {{"per_tensor", bytes, 0},
+                {"multi_tensor", bytes, 0},
+                {"fused", bytes, 0},
+                {"fused_master", bytes, 0},
+                {"fused_bf16_sr", bytes, 0}};
   e.prepare = [layout, config, name = e.name] {
     auto state = std::make_shared<TrainerState>();
     state->loss_scale = DeviceBuffer<float>(std::vector<float>{kLossScale});
@@ -297,6 +308,8 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
     state->variants.push_back(make_variant(*layout, config, PrecisionMode::no_master, false));
     state->variants.push_back(make_variant(*layout, config, PrecisionMode::no_master, false));
     state->variants.push_back(make_variant(*layout, config, PrecisionMode::master_fp32, false));
+    state->variants.push_back(
+        make_variant(*layout, config, PrecisionMode::stochastic_rounding, false, kRoundingDType));
     const trainer::StepOptions options{kLearningRate, 0.0};
     const float* scale = state->loss_scale.data();
     TrainerState* s = state.get();
@@ -325,10 +338,12 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
       VariantState& v = *s->variants[2];
       v.optimizer->step(*v.workspace, options, scale, stream);
     });
-    p.variants.push_back([s, options, scale](cudaStream_t stream) {
-      VariantState& v = *s->variants[3];
-      v.optimizer->step(*v.workspace, options, scale, stream);
-    });
+    for (const std::size_t i : {std::size_t{3}, std::size_t{4}}) {
+      p.variants.push_back([s, options, scale, i](cudaStream_t stream) {
+        VariantState& v = *s->variants[i];
+        v.optimizer->step(*v.workspace, options, scale, stream);
+      });
+    }
     // One step of each before timing: every step must be a real update (no overflow skip).
     for (std::size_t i = 0; i < p.variants.size(); ++i) {
       p.variants[i](nullptr);
@@ -352,7 +367,8 @@ SuiteSpec trainer_suite(const SuiteOptions& options) {
   suite.description =
       "LightSeq2 Fig. 18: one mixed-precision Adam/SGD step (fp16 params and grads, fp32 state) over "
       "real model parameter lists: Fairseq-style per-tensor, apex-style multi-tensor, fused (no "
-      "master), fused with an fp32 master; CPU checks: each precision mode's drift from fp64 training "
+      "master), fused with an fp32 master, fused with bf16 parameters and stochastic rounding; CPU checks: "
+      "each precision mode's drift from fp64 training "
       "(trainer/NOTES.md); GPU checks: the same training on the device's fused kernels ends bitwise "
       "where the CPU's emulation of them does";
   suite.needs_gpu = true;

@@ -66,9 +66,9 @@ TEST(TrainerSuite, BaselineAndVariants) {
   const SuiteSpec s = trainer_suite(SuiteOptions{false});
   for (const ExperimentSpec& e : s.experiments) {
     EXPECT_EQ(e.baseline, "per_tensor") << e.name;
-    ASSERT_EQ(e.variants.size(), 4u) << e.name;
-    const char* want[] = {"per_tensor", "multi_tensor", "fused", "fused_master"};
-    for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(e.variants[i].name, want[i]) << e.name;
+    ASSERT_EQ(e.variants.size(), 5u) << e.name;
+    const char* want[] = {"per_tensor", "multi_tensor", "fused", "fused_master", "fused_bf16_sr"};
+    for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(e.variants[i].name, want[i]) << e.name;
   }
 }
 
@@ -97,6 +97,8 @@ TEST(TrainerSuite, FootprintPerPrecisionMode) {
     EXPECT_EQ(f.at("no_master").get<std::uint64_t>(), no_master) << e.name;
     EXPECT_EQ(f.at("master_fp32").get<std::uint64_t>(), no_master + 4 * n) << e.name;
     EXPECT_EQ(f.at("per_tensor_fairseq").get<std::uint64_t>(), no_master + 8 * n) << e.name;
+    // bf16 parameters and gradients are 2 B too, and stochastic rounding keeps no extra state.
+    EXPECT_EQ(f.at("stochastic_rounding_bf16").get<std::uint64_t>(), no_master) << e.name;
   }
 }
 
