@@ -172,9 +172,11 @@ __device__ __forceinline__ float sinusoid(float position, std::int64_t col, cons
 
 // The per-launch sinusoid table: table[r, c] = sinusoid(first_position + r, c), the very values
 // the computed path forms per element (bitwise: the same frequency and value functions), for rows
-// r < rows. Grid (ceil(H / kThreads), min(rows, 65535)): a thread per column, which computes its
-// frequency itself (no frequency kernel on this path), block rows y, y + gridDim.y, ... (no index
+// r < rows. Grid (ceil(H / kThreads), min(ceil(rows / kTableRowsPerThread), 65535)): a thread per
+// column, which computes its frequency itself (no frequency kernel on this path; the double exp2
+// is then shared by its ~kTableRowsPerThread rows), block rows y, y + gridDim.y, ... (no index
 // division).
+constexpr std::int64_t kTableRowsPerThread = 16;
 __global__ void __launch_bounds__(kThreads)
     embedding_sinusoid_table_kernel(float* table, std::int64_t rows, std::int64_t hidden,
                                     std::int64_t first_position, const SinusoidArgs s) {
@@ -222,7 +224,8 @@ struct FwdArgs {
   float scale = 1.0f;
   float p = 0.0f, keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
-  bool vector_path = false;  // H % K == 0 and y and the tables 16-byte aligned
+  bool vector_path = false;   // H % K == 0 and y and the tables 16-byte aligned
+  bool table_vector = false;  // the sinusoid table 16-byte aligned (the workspace need only be 8)
 };
 
 // A lane's vectors per step: all loads of a step are issued before any use (H <= 4·32·K, i.e.
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
       if (s.valid && count[u] > 0) {
         load_floats<T, K>(tok_row + c0, t[u], count[u], whole);
         if constexpr (kLearned) load_floats<T, K>(pos_row + c0, q[u], count[u], whole);
-        if constexpr (kTable) load_table_floats<K>(sin_row + c0, q[u], count[u], whole);
+        if constexpr (kTable) load_table_floats<K>(sin_row + c0, q[u], count[u], whole && a.table_vector);
       } else {
 #pragma unroll
         for (int k = 0; k < K; ++k) t[u][k] = q[u][k] = 0.0f;
@@ -909,7 +912,7 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     require_disjoint(y, y_bytes, position_table, table_bytes<T>(shape.num_positions, shape.hidden), op, "y",
                      "position_table");
   }
-  // Workspace (fwd_workspace_layout): [nonpad_count positions] [frequencies] [sinusoid table].
+  // Workspace (fwd_workspace_layout): [nonpad_count positions] then [sinusoid table] or [frequencies].
   const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
   const std::int64_t half = learned ? 0 : shape.hidden / 2;
   const FwdWorkspaceLayout layout = fwd_workspace_layout(shape, config);
@@ -948,7 +951,8 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     if (layout.table_bytes > 0) {
       auto* table = reinterpret_cast<float*>(base + layout.table_at);
       const dim3 grid(static_cast<unsigned>((shape.hidden + kThreads - 1) / kThreads),
-                      static_cast<unsigned>(std::min<std::int64_t>(shape.len, 65535)));
+                      static_cast<unsigned>(std::min<std::int64_t>(
+                          (shape.len + kTableRowsPerThread - 1) / kTableRowsPerThread, 65535)));
       embedding_sinusoid_table_kernel<<<grid, kThreads, 0, stream>>>(table, shape.len, shape.hidden,
                                                                      config.position_offset, a.sinusoid);
       SEQBENCH_CUDA_CHECK_LAUNCH();
@@ -972,11 +976,12 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
   a.offset = config.dropout.offset;
-  // The sinusoid table's rows and vectors are 16-byte aligned when its base is (H % K == 0), and
-  // the workspace is only required to be 8-byte aligned.
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(y) &&
-                  is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table) &&
-                  is_vector_aligned_or_null(a.sinusoid_table);
+                  is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table);
+  // The sinusoid table's rows and vectors are 16-byte aligned when its base is (H % K == 0); the
+  // workspace is only required to be 8-byte aligned, and a table that is not is read element by
+  // element while the other tensors keep their vector accesses.
+  a.table_vector = is_vector_aligned_or_null(a.sinusoid_table);
   const auto launch = [&](auto source_tag) {
     constexpr PositionSource source = decltype(source_tag)::value;
     if (nonpad)

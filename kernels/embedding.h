@@ -90,10 +90,10 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   writes them once into a float [L, H] table in the workspace (positions position_offset ..
 //   position_offset + L - 1; a thread per column computing its own frequency, so no frequency
 //   kernel runs on this path; no divisions) and the lookup reads its rows like a learned table's
-//   (two 16-byte float loads per vector): the same floats, so the output is bitwise that of the
-//   computed path, which runs otherwise (one sentence, or a table that would not stay in L2).
-//   Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for
-//   learned position rows) + B·L·H·sizeof(T) written.
+//   (K/4 16-byte float loads per vector: two for 16-bit T, one for fp32): the same floats, so the output is
+//   bitwise that of the computed path, which runs otherwise (one sentence, or a table that would not stay in
+//   L2). Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for learned
+//   position rows) + B·L·H·sizeof(T) written.
 //   (+ B·L·8 for the nonpad_count positions pre-pass; for sinusoids, either L·H·4 written once and
 //   read by every sentence from L2 (the table), or floor(H/2)·8 written once and read by every
 //   token from L1/L2 (the frequencies)).

@@ -10,7 +10,8 @@
 // Why: M = 2^32 + m = floor(2^(32+s) / d) + 1 = 2^(32+s) / d + δ with 0 < δ <= 1, and
 // (umulhi(n, m) + n) >> s = floor(n·M / 2^(32+s)) = floor(n/d + ε) with 0 <= ε = n·δ / 2^(32+s)
 // < 2^31 / 2^(32+s) <= 1 / (2d) (as 2^s >= d). Writing n = q·d + r with 0 <= r <= d - 1, the
-// fractional part r/d + ε < (d - 1)/d + 1/d = 1, so the floor is q. m < 2^32 because 2^s < 2d, and
+// fractional part r/d + ε < (d - 1)/d + 1/d = 1, so the floor is q. m fits 32 bits: 2^s < 2d
+// gives 2^s - d <= d - 1, so m <= floor(2^32·(d - 1)/d) + 1 <= 2^32 - 1 (2^32/d > 1 as d < 2^31).
 // umulhi(n, m) + n < 2n < 2^32, so nothing overflows 32 bits. d = 1 gives s = 0 and m = 1.
 // tests/kernels/fast_divmod_test.cpp checks the identity against the / operator on the divisor
 // edges (powers of two and their neighbours, 2^31 - 1) and on random pairs.
