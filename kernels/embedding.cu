@@ -708,25 +708,23 @@ std::size_t align_up(std::size_t bytes) {
 // frequencies (floor(H/2) float2) of the computed path. Host only; the shape is validated by the
 // caller.
 struct FwdWorkspaceLayout {
-  std::size_t freq_at = 0, table_at = 0, table_bytes = 0, total = 0;
+  std::size_t sinusoid_at = 0;  // where the table or the frequencies start
+  std::size_t table_bytes = 0;  // 0: the computed path (frequencies)
+  std::size_t total = 0;
 };
 
 FwdWorkspaceLayout fwd_workspace_layout(const EmbeddingShape& shape, const EmbeddingConfig& config) {
   FwdWorkspaceLayout l;
   const bool sinusoidal = config.positions == PositionEncoding::sinusoidal;
-  l.freq_at = config.indexing == PositionIndexing::nonpad_count
-                  ? align_up(static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t))
-                  : 0;
+  l.sinusoid_at = config.indexing == PositionIndexing::nonpad_count
+                      ? align_up(static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t))
+                      : 0;
   const std::size_t freq = sinusoidal ? static_cast<std::size_t>(shape.hidden / 2) * sizeof(float2) : 0;
-  const bool table =
-      sinusoidal && shape.hidden >= 2 && shape.batch >= 2 &&
-      static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float) <=
-          kEmbeddingSinusoidTableMaxBytes;
-  l.table_at = l.freq_at;
-  l.table_bytes =
-      table ? static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float)
-            : 0;
-  l.total = l.freq_at + (table ? l.table_bytes : freq);
+  const std::size_t table =
+      static_cast<std::size_t>(shape.len) * static_cast<std::size_t>(shape.hidden) * sizeof(float);
+  if (sinusoidal && shape.hidden >= 2 && shape.batch >= 2 && table <= kEmbeddingSinusoidTableMaxBytes)
+    l.table_bytes = table;
+  l.total = l.sinusoid_at + (l.table_bytes > 0 ? l.table_bytes : freq);
   return l;
 }
 
@@ -949,7 +947,7 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     a.sinusoid.two_pi_lo = static_cast<float>(kTwoPi - static_cast<double>(a.sinusoid.two_pi_hi));
     a.sinusoid.inv_two_pi = static_cast<float>(1.0 / kTwoPi);
     if (layout.table_bytes > 0) {
-      auto* table = reinterpret_cast<float*>(base + layout.table_at);
+      auto* table = reinterpret_cast<float*>(base + layout.sinusoid_at);
       const dim3 grid(static_cast<unsigned>((shape.hidden + kThreads - 1) / kThreads),
                       static_cast<unsigned>(std::min<std::int64_t>(
                           (shape.len + kTableRowsPerThread - 1) / kTableRowsPerThread, 65535)));
@@ -959,7 +957,7 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
       a.sinusoid_table = table;
       a.position_offset = config.position_offset;
     } else {
-      auto* freq = reinterpret_cast<float2*>(base + layout.freq_at);
+      auto* freq = reinterpret_cast<float2*>(base + layout.sinusoid_at);
       embedding_frequency_kernel<<<static_cast<unsigned>((half + kThreads - 1) / kThreads), kThreads, 0,
                                    stream>>>(freq, half, a.sinusoid.log2_step);
       SEQBENCH_CUDA_CHECK_LAUNCH();
