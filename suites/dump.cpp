@@ -131,34 +131,42 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
   for (const SuiteSpec* suite : selected) {
     for (const ExperimentSpec& e : suite->experiments) {
       if (!std::regex_search(suite->name + "/" + e.name, re)) continue;
-      if (e.dump_variant.empty() || !e.prepare) {
+      if (e.dump_variant.empty() || (!e.prepare && !e.dump_standalone)) {
         ++result.no_dump;
         continue;
       }
       try {
-        PreparedExperiment p = e.prepare();
-        SEQBENCH_REQUIRE(p.dump, "dump: experiment " << e.name << " names dump_variant '" << e.dump_variant
-                                                     << "' but its prepare() set no dump function");
         const std::string& variant = e.dump_variant;
         std::size_t index = e.variants.size();
         for (std::size_t v = 0; v < e.variants.size(); ++v)
           if (e.variants[v].name == variant) index = v;
-        SEQBENCH_REQUIRE(index < p.variants.size(),
+        SEQBENCH_REQUIRE(index < e.variants.size(),
                          "dump: experiment " << e.name << " has no variant '" << variant << "'");
-        p.variants[index](nullptr);
-        SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<DumpArray> arrays = p.dump();
+        std::vector<DumpArray> arrays;
+        if (e.dump_standalone) {
+          arrays = e.dump_standalone();
+        } else {
+          PreparedExperiment p = e.prepare();
+          SEQBENCH_REQUIRE(p.dump, "dump: experiment " << e.name << " names dump_variant '" << variant
+                                                       << "' but its prepare() set no dump function");
+          SEQBENCH_REQUIRE(index < p.variants.size(), "dump: experiment "
+                                                          << e.name << " prepared " << p.variants.size()
+                                                          << " variants of " << e.variants.size());
+          p.variants[index](nullptr);
+          SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+          arrays = p.dump();
+        }
 
         const std::filesystem::path dir = options.out_dir / suite->name / dump_folder_name(e.name);
         nlohmann::json params = e.params;
         params.update(e.dump_params);
         result.files += write_dump_folder(dir, suite->name, e.name, params, variant, arrays);
         ++result.dumped;
-        log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n";
+        log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n" << std::flush;
       } catch (const std::exception& ex) {
         const Error* error = dynamic_cast<const Error*>(&ex);
         result.failed.push_back(suite->name + "/" + e.name + ": " + (error ? error->message() : ex.what()));
-        log << "FAILED " << result.failed.back() << "\n";
+        log << "FAILED " << result.failed.back() << "\n" << std::flush;
       }
     }
   }

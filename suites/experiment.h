@@ -58,6 +58,11 @@ struct ExperimentSpec {
   // Added to `params` in the dump's manifest only (not in reports or tables): what the dump ran
   // that the timing did not, e.g. the layers suite's parity instance (its shape, dropout 0).
   nlohmann::json dump_params = nlohmann::json::object();
+  // Optional: a dump that needs neither the timing's inputs nor a run of dump_variant (the layers'
+  // separate parity instances, suites/layers/dump.cu). `seqbench dump` then calls it instead of
+  // preparing the experiment and running the variant at the timed shape, whose outputs it would
+  // not write. dump_variant still names the variant the arrays are of.
+  std::function<std::vector<DumpArray>()> dump_standalone;
   std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
   // Time each variant through a CUDA graph (suites/gpu_timer.h, rule 5): for single small ops, whose
   // host-side launch cost must not decide the result (suites/pytorch graphs torch's the same way).

@@ -20,8 +20,7 @@
 //   criterion  inputs  logits [B·L, V], targets i32 [B·L]
 //              outputs loss, nll, lse f32 [B·L], loss_sum, nll_sum f32 [1], counted_tokens i32 [1];
 //                      bwd: dlogits [B·L, V] for grad_loss_sum = 1
-// The dumped variant ("managed") still runs once before dump() (suites/dump.cpp); its outputs are
-// not the ones dumped.
+// The timed experiment is neither prepared nor run for the dump (ExperimentSpec::dump_standalone).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -377,7 +376,6 @@ std::vector<DumpArray> layer_parity_layout(const nlohmann::json& params) {
 
 void enable_layer_dump(ExperimentSpec& e) {
   const ParitySpec s = parity_spec(e.params);
-  SEQBENCH_REQUIRE(e.prepare, "enable_layer_dump: experiment " << e.name << " has no prepare");
   e.dump_variant = "managed";
   nlohmann::json dtypes = nlohmann::json::array();
   for (const DType d : s.dtypes) dtypes.push_back(std::string(dtype_name(d)));
@@ -387,12 +385,10 @@ void enable_layer_dump(ExperimentSpec& e) {
                    {"parity_tokens", s.batch * s.seq_len},
                    {"parity_dtypes", dtypes}};
   if (s.layer == "decoder") e.dump_params["parity_src_len"] = s.seq_len;
-  const nlohmann::json params = e.params;
-  e.prepare = [timing = std::move(e.prepare), params] {
-    PreparedExperiment p = timing();
-    p.dump = [params] { return run_parity(params); };
-    return p;
-  };
+  // The parity instance is built and run on its own: preparing and running the timed experiment
+  // first (as other families' dumps do) would cost a full-size forward and backward whose outputs
+  // are not written.
+  e.dump_standalone = [params = e.params] { return run_parity(params); };
 }
 
 }  // namespace seqbench::layer_experiments

@@ -67,6 +67,8 @@ TEST(LayersDump, EveryLayerExperimentDumpsTheManagedParityInstance) {
       }
       ++dumping;
       EXPECT_EQ(e.dump_variant, "managed") << e.name;
+      // The parity instance is dumped on its own: the timed experiment is not prepared for it.
+      EXPECT_TRUE(static_cast<bool>(e.dump_standalone)) << e.name;
       const auto L = e.params.at("seq_len").get<std::int64_t>();
       const std::string dtype = e.params.at("dtype").get<std::string>();
       const nlohmann::json& d = e.dump_params;
