@@ -52,10 +52,11 @@ def values(descr, payload, dtype=None):
     return [struct.unpack("<f", struct.pack("<I", b << 16))[0] for b in bits]
 
 
-def to_torch(torch, descr, shape, payload, dtype):
-    """A CUDA tensor of the array; '<u2' with dtype 'bf16' becomes bfloat16 (the same bits)."""
+def to_torch(torch, descr, shape, payload, dtype, device="cuda"):
+    """A tensor of the array on `device` (the GPU's, unless check_dump.py runs the oracle on the CPU);
+    '<u2' with dtype 'bf16' becomes bfloat16 (the same bits)."""
     torch_dtype = {"<f4": torch.float32, "<f2": torch.float16, "|u1": torch.uint8, "<i4": torch.int32}.get(descr)
     if descr == "<u2":
         torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.int16
     t = torch.frombuffer(bytearray(payload), dtype=torch_dtype) if payload else torch.empty(0, dtype=torch_dtype)
-    return t.reshape(shape).cuda()
+    return t.reshape(shape).to(device)

@@ -54,14 +54,18 @@ def scaled_errors(torch, ours, theirs):
 def layernorm_outputs(torch, arrays, params, backward):
     hidden = int(params["hidden"])
     eps = float(params["eps"])
-    x, gamma, beta = arrays["x"], arrays["gamma"], arrays["beta"]
+    # In fp32 from the dumped values (exact), each output rounded once by the comparison. Not in the
+    # dump's dtype: CUDA's kernels would compute a bf16/f16 input in fp32 too and return fp32 mean and
+    # rstd, but the CPU's return them in the input's dtype (rounded) and its backward refuses fp32
+    # mean/rstd beside a bf16 x, so an oracle in the input's dtype would depend on the device.
+    x, gamma, beta = arrays["x"].float(), arrays["gamma"].float(), arrays["beta"].float()
     if not backward:
         y, mean, rstd = torch.ops.aten.native_layer_norm(x, [hidden], gamma, beta, eps)
         return {"y": (y, hidden), "mean": (mean.reshape(-1), hidden), "rstd": (rstd.reshape(-1), hidden)}
-    mean = arrays["mean"].reshape(-1, 1)
-    rstd = arrays["rstd"].reshape(-1, 1)
-    dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(arrays["dy"], x, [hidden], mean, rstd, gamma, beta,
-                                                                  [True, True, True])
+    mean = arrays["mean"].float().reshape(-1, 1)
+    rstd = arrays["rstd"].float().reshape(-1, 1)
+    dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(arrays["dy"].float(), x, [hidden], mean, rstd, gamma,
+                                                                  beta, [True, True, True])
     rows = int(params["tokens"])
     return {"dx": (dx, hidden), "dgamma": (dgamma, rows), "dbeta": (dbeta, rows)}
 
@@ -369,8 +373,9 @@ def unchecked(torch, experiment, name, computed):
     return c
 
 
-def manifest_checks(torch, folder, manifest, suite):
-    """The checks of one dumped experiment: one per output seqbench dumped."""
+def manifest_checks(torch, folder, manifest, suite, device="cuda"):
+    """The checks of one dumped experiment: one per output seqbench dumped, its arrays loaded onto
+    `device` (the oracles run wherever their inputs are)."""
     experiment = manifest.get("experiment", "")
     if manifest.get("schema") != "seqbench.dump/1":
         raise RunnerError(f"{folder}/manifest.json: expected schema 'seqbench.dump/1', got {manifest.get('schema')!r}")
@@ -381,7 +386,7 @@ def manifest_checks(torch, folder, manifest, suite):
     arrays, ours, dtypes = {}, {}, {}
     for a in manifest["arrays"]:
         descr, shape, payload = npy.read(os.path.join(folder, a["file"]))
-        t = npy.to_torch(torch, descr, shape, payload, a["dtype"])
+        t = npy.to_torch(torch, descr, shape, payload, a["dtype"], device)
         (arrays if a["role"] == "input" else ours)[a["name"]] = t
         dtypes[a["name"]] = a["dtype"]
     theirs = oracle(torch, arrays, manifest["params"], backward)
@@ -415,7 +420,7 @@ def manifest_checks(torch, folder, manifest, suite):
     return checks
 
 
-def parity_checks(torch, dump_dir, suite, regex, may_start=None, on_error=None):
+def parity_checks(torch, dump_dir, suite, regex, may_start=None, on_error=None, device="cuda"):
     """The checks of every dumped experiment of `suite` selected by `regex` (over suite/experiment),
     each tagged with its `experiment`. An error in one of them (a manifest that cannot be read or
     has another schema, an oracle that raises, sizes that differ) is that experiment's failed check,
@@ -429,7 +434,7 @@ def parity_checks(torch, dump_dir, suite, regex, may_start=None, on_error=None):
         try:
             if problem is not None:
                 raise RunnerError(problem)
-            checks.extend(manifest_checks(torch, folder, manifest, suite))
+            checks.extend(manifest_checks(torch, folder, manifest, suite, device))
         except Exception as ex:
             checks.append(failed_check(torch, experiment, f"error: {failure_reason(ex)}"))
             if on_error is not None:

@@ -175,7 +175,7 @@ class Folders(support.ScratchTest):
 
         with mock.patch.dict(parity.ORACLES, {"dropout": oracle}), \
                 mock.patch.object(npy, "read", lambda path: ("<f4", (1,), b"")), \
-                mock.patch.object(npy, "to_torch", lambda torch, descr, shape, payload, dtype: object()):
+                mock.patch.object(npy, "to_torch", lambda torch, descr, shape, payload, dtype, device="cuda": object()):
             checks = parity.parity_checks(None, self.path("dump"), "operators", re.compile(".*"))
         self.assertEqual([c["name"] for c in checks], ["dropout_fwd/f32/n=1 y vs PyTorch ?",
                                                        "dropout_fwd/f32/n=1 y_extra vs PyTorch ?"])
