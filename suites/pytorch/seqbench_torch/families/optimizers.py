@@ -64,11 +64,13 @@ def _step(torch, cls, sizes, lr, options, inv_scale, how):
         g = torch.rand(t.numel(), device="cuda", generator=gen).mul_(2).sub_(1)
         # In [-1.01, -0.01] U [0.01, 1.01), never zero, as the C++ suite fills its gradients.
         t.grad = g.add_(torch.where(g < 0, -0.01, 0.01))
-    found_inf = torch.zeros(1, device="cuda")
-    inv = torch.full((1,), inv_scale, device="cuda")
+    # 0-dim, as GradScaler makes them: a fused Adam subtracts found_inf from each parameter's 0-dim
+    # step count in place (torch/optim/adam.py, _fused_adam), which a shape-[1] tensor cannot broadcast into.
+    found_inf = torch.zeros((), device="cuda")
+    inv = torch.full((), inv_scale, device="cuda")
     if how == "fused":
         opt = cls(params, lr=lr, fused=True, **options)
-        opt.grad_scale = torch.full((1,), 1.0 / inv_scale, device="cuda")  # as GradScaler.step sets them
+        opt.grad_scale = torch.full((), 1.0 / inv_scale, device="cuda")  # as GradScaler.step sets them
         opt.found_inf = found_inf
         return opt.step
     opt = cls(params, lr=lr, foreach=True, **options)
