@@ -261,7 +261,9 @@ ExperimentSpec trainer_experiment(const Model& model, OptimizerKind kind) {
       {"model", model.name},
       {"source", model.source},
       {"optimizer", optimizer},
+      // Params and grads of every variant but fused_bf16_sr, whose are stochastic_rounding_dtype's.
       {"dtype", std::string(dtype_name(kDType))},
+      {"stochastic_rounding_dtype", std::string(dtype_name(kRoundingDType))},
       {"state_dtype", "f32"},
       {"parameters", n},
       {"tensors", layout->tensor_count()},

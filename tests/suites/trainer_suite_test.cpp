@@ -42,6 +42,7 @@ TEST(TrainerSuite, DescribesEveryModelAndOptimizer) {
       EXPECT_EQ(e->params.at("model").get<std::string>(), model);
       EXPECT_EQ(e->params.at("optimizer").get<std::string>(), optimizer);
       EXPECT_EQ(e->params.at("dtype").get<std::string>(), "f16");
+      EXPECT_EQ(e->params.at("stochastic_rounding_dtype").get<std::string>(), "bf16");  // fused_bf16_sr's
       EXPECT_EQ(e->params.at("parameters").get<std::uint64_t>(), count) << name;
       EXPECT_GT(e->params.at("tensors").get<std::uint64_t>(), 100u) << name;
       EXPECT_GE(e->params.at("workspace_elements").get<std::uint64_t>(), count) << name;
