@@ -12,32 +12,19 @@ replace the GPU's parity: the simt build compiles the device code with the host 
 Exit codes: 0 every check passed; 1 a check failed, no check was made, or an error (one line on
 stderr); 2 bad usage.
 """
-import argparse
 import importlib
 import os
 import re
-import sys
 
-from . import parity, precision
+from . import command, parity, precision
 from .errors import RunnerError, failure_reason
 
 PROG = "check_dump"
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 SUITES = ("operators", "layers")  # the suites parity.oracle_for has oracles for
 
 
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, like the runner's usage errors
-        raise _Usage(message)
-
-
 def parser():
-    p = _Parser(prog=PROG, description="Hold the outputs `seqbench dump` wrote against PyTorch's on the same "
+    p = command.Parser(prog=PROG, description="Hold the outputs `seqbench dump` wrote against PyTorch's on the same "
                 "inputs (the runner's --parity checks), and print them.")
     p.add_argument("--dump", required=True, metavar="DIR", help="the folder `seqbench dump --out DIR` wrote")
     p.add_argument("--suite", action="append", default=[], choices=SUITES,
@@ -119,21 +106,8 @@ def run(args, out):
     if passed + failed == 0:
         raise RunnerError(f"no check was made: nothing in '{args.dump}' ({', '.join(suites)}) matches the filter "
                           "and has an oracle")
-    return EXIT_FAILURE if failed else 0
+    return command.EXIT_FAILURE if failed else 0
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parser().parse_args(argv)
-    except _Usage as e:
-        print(f"{PROG}: error: {e} (see --help)", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        return run(args, sys.stdout)
-    except RunnerError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted", file=sys.stderr)
-        return EXIT_FAILURE
+    return command.main(PROG, parser(), run, argv)

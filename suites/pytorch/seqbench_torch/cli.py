@@ -12,9 +12,8 @@ left experiments unstarted (the reports list them).
 import argparse
 import os
 import re
-import sys
 
-from . import listing
+from . import command, listing
 from .budget import Budget
 from .errors import RunnerError, Unmapped
 from .families import FAMILIES, plan_for
@@ -22,23 +21,14 @@ from .interrupt import Terminated, sigterm_raises
 from .policy import TimerPolicy
 
 PROG = "seqbench-pytorch"
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+EXIT_FAILURE = command.EXIT_FAILURE
+EXIT_USAGE = command.EXIT_USAGE
 EXIT_INCOMPLETE = 3  # measure.EXIT_INCOMPLETE
 DEFAULT_SEED = 20261122  # RunOptions::seed in suites/runner.h
 
 
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, like seqbench's own usage errors
-        raise _Usage(message)
-
-
 def parser():
-    p = _Parser(prog=PROG, description="PyTorch baselines (eager, torch.compile, fused optimizers) of seqbench's "
+    p = command.Parser(prog=PROG, description="PyTorch baselines (eager, torch.compile, fused optimizers) of seqbench's "
                 "experiments, read from `seqbench list --json`, written as schema-v1 reports.")
     p.add_argument("--seqbench", required=True, help="the built seqbench binary (its experiment list is the source of truth)")
     p.add_argument("--suite", action="append", default=[], help="only these suites (repeatable); default: " + ", ".join(FAMILIES))
@@ -143,25 +133,9 @@ def run(args, out):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parser().parse_args(argv)
-    except _Usage as e:
-        print(f"{PROG}: error: {e} (see --help)", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        # SIGTERM (gpu.sh's timeout) raises Terminated: measure.py writes what it has, then says so.
-        with sigterm_raises():
-            return run(args, sys.stdout)
-    except RunnerError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return EXIT_FAILURE
-    except Terminated:
-        print(f"{PROG}: error: terminated by SIGTERM (nothing measured yet)", file=sys.stderr)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted", file=sys.stderr)
-        return EXIT_FAILURE
+    # SIGTERM (gpu.sh's timeout) raises Terminated: measure.py writes what it has, then says so.
+    return command.main(PROG, parser(), run, argv, around=sigterm_raises,
+                        errors=((Terminated, "terminated by SIGTERM (nothing measured yet)"),))
 
 
 def timer_policy(quick):

@@ -17,32 +17,20 @@ support that differs between the CPU's and CUDA's kernels), and the speed of any
 
 Exit codes: 0 every variant ran; 1 a variant failed, or an error; 2 bad usage.
 """
-import argparse
 import contextlib
 import functools
 import importlib
-import re
-import sys
 import time
 
-from . import listing
+from . import command, listing
 from .errors import RunnerError, Unmapped, failure_reason
 
 PROG = "cpu_smoke"
 SUITES = ("operators", "trainer", "layers")
 
 
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _Usage(message)
-
-
 def parser():
-    p = _Parser(prog=PROG, description="Run each planned experiment's PyTorch variants once on the CPU.")
+    p = command.Parser(prog=PROG, description="Run each planned experiment's PyTorch variants once on the CPU.")
     p.add_argument("--seqbench", required=True, help="the built seqbench binary (for `seqbench list --json`)")
     p.add_argument("--suite", action="append", default=[], choices=SUITES, help="only these suites (repeatable)")
     p.add_argument("--filter", default="", help="regex (Python re, searched) over suite/experiment/variant names")
@@ -207,17 +195,4 @@ def run(args, out):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parser().parse_args(argv)
-    except _Usage as e:
-        print(f"{PROG}: error: {e} (see --help)", file=sys.stderr)
-        return 2
-    try:
-        return run(args, sys.stdout)
-    except RunnerError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted", file=sys.stderr)
-        return 1
+    return command.main(PROG, parser(), run, argv)

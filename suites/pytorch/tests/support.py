@@ -36,3 +36,15 @@ class ScratchTest(unittest.TestCase):
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
+
+    def run_script(self, script, *args, fake_torch=None):
+        """`python3 script args...`; with `fake_torch` (a module's source), a stand-in `torch`
+        package on PYTHONPATH, so that torch is absent or CUDA-less even where the real one is."""
+        env = dict(os.environ)
+        if fake_torch is not None:
+            pkg = self.path("fake", "torch")
+            os.makedirs(pkg, exist_ok=True)
+            with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
+                f.write(fake_torch)
+            env["PYTHONPATH"] = self.path("fake") + os.pathsep + env.get("PYTHONPATH", "")
+        return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=120)

@@ -3,8 +3,6 @@ the one-line errors, and nothing checked or run without torch (a stand-in `torch
 PYTHONPATH makes it absent or CUDA-less even where the real one is installed)."""
 import json
 import os
-import subprocess
-import sys
 import unittest
 
 from seqbench_torch import cpu_smoke
@@ -16,16 +14,6 @@ CPU_SMOKE = os.path.join(support.RUNNER_DIR, "cpu_smoke.py")
 
 
 class Commands(support.ScratchTest):
-    def run_script(self, script, *args, fake_torch=None):
-        env = dict(os.environ)
-        if fake_torch is not None:
-            pkg = self.path("fake", "torch")
-            os.makedirs(pkg, exist_ok=True)
-            with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
-                f.write(fake_torch)
-            env["PYTHONPATH"] = self.path("fake") + os.pathsep + env.get("PYTHONPATH", "")
-        return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=120)
-
     def assert_one_line_error(self, done, code, prog, part):
         self.assertEqual(done.returncode, code, done.stderr)
         lines = done.stderr.splitlines()

@@ -34,15 +34,7 @@ SLOW_TORCH = (
 
 class Command(support.ScratchTest):
     def run_py(self, *args, fake_torch=None):
-        env = dict(os.environ)
-        if fake_torch is not None:
-            pkg = self.path("fake", "torch")
-            os.makedirs(pkg, exist_ok=True)
-            with open(os.path.join(pkg, "__init__.py"), "w", encoding="utf-8") as f:
-                f.write(fake_torch)
-            env["PYTHONPATH"] = self.path("fake") + os.pathsep + env.get("PYTHONPATH", "")
-        return subprocess.run([sys.executable, support.RUN_PY, *args], capture_output=True, text=True, env=env,
-                              timeout=120)
+        return self.run_script(support.RUN_PY, *args, fake_torch=fake_torch)
 
     def assert_one_line_error(self, done, code, part):
         self.assertEqual(done.returncode, code, done.stderr)
