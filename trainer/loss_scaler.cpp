@@ -9,9 +9,9 @@ namespace seqbench::trainer {
 void validate_loss_scaler_config(const LossScalerConfig& config) {
   SEQBENCH_REQUIRE(std::isfinite(config.init_scale) && config.init_scale > 0.0f,
                    "loss scaler: init_scale " << config.init_scale << " must be finite and > 0");
-  SEQBENCH_REQUIRE(std::isfinite(config.growth_factor) && config.growth_factor > 1.0f,
+  SEQBENCH_REQUIRE(std::isfinite(config.growth_factor) && config.growth_factor > 1.0,
                    "loss scaler: growth_factor " << config.growth_factor << " must be finite and > 1");
-  SEQBENCH_REQUIRE(config.backoff_factor > 0.0f && config.backoff_factor < 1.0f,
+  SEQBENCH_REQUIRE(config.backoff_factor > 0.0 && config.backoff_factor < 1.0,
                    "loss scaler: backoff_factor " << config.backoff_factor << " outside (0, 1)");
   SEQBENCH_REQUIRE(config.growth_interval >= 1,
                    "loss scaler: growth_interval " << config.growth_interval << " must be >= 1");

@@ -22,10 +22,14 @@
 
 namespace seqbench::trainer {
 
+// The factors are doubles, as torch's (Python floats passed to _amp_update_scale_ as C++ double):
+// the float scale times the double factor is formed in double and rounded once to float. With
+// float factors, a factor that is not a power of two (backoff 0.9, say) would round twice and land
+// an ulp away from torch's scale (tests/trainer/update_rules_torch_test.py found that).
 struct LossScalerConfig {
   float init_scale = 65536.0f;
-  float growth_factor = 2.0f;
-  float backoff_factor = 0.5f;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
   int growth_interval = 2000;
 };
 
@@ -44,13 +48,16 @@ SEQBENCH_HD inline LossScalerState initial_loss_scaler_state(const LossScalerCon
 
 SEQBENCH_HD inline LossScalerState next_loss_scaler_state(LossScalerState state, bool overflow,
                                                           const LossScalerConfig& config) {
-  if (overflow) return LossScalerState{state.scale * config.backoff_factor, 0};
+  if (overflow) return LossScalerState{static_cast<float>(state.scale * config.backoff_factor), 0};
   const int successful = state.growth_tracker + 1;
   if (successful < config.growth_interval) return LossScalerState{state.scale, successful};
-  const float grown = state.scale * config.growth_factor;
-  // torch keeps the old scale when the grown one is not finite, and resets the tracker either way.
-  const bool finite = grown - grown == 0.0f;  // false for inf (inf - inf is NaN) and NaN
-  return LossScalerState{finite ? grown : state.scale, 0};
+  const double grown = static_cast<double>(state.scale) * config.growth_factor;
+  // torch rounds the product to float and keeps the old scale when that is not finite, resetting
+  // the tracker either way. A double rounds to +inf as a float from the midpoint (2 - 2^-24)·2^127
+  // between FLT_MAX and 2^128 on (ties to even), so that is tested before the cast, which would be
+  // undefined out of float's range. (Positive: the scale and the factor are.)
+  const bool finite = grown < 0x1.ffffffp+127;
+  return LossScalerState{finite ? static_cast<float>(grown) : state.scale, 0};
 }
 
 // launch_loss_scaler_update(state, found_inf, config, stream)

@@ -66,16 +66,16 @@ TEST(LossScaler, GrowthStopsShortOfInfinityButResetsTheTracker) {
   EXPECT_EQ(s.growth_tracker, 0);
 }
 
-// A literal transcription of torch's _amp_update_scale_cuda_kernel, against which random flag
-// sequences are replayed.
+// A literal transcription of torch's _amp_update_scale_cuda_kernel (float* current_scale, double
+// growth_factor and backoff_factor), against which random flag sequences are replayed.
 LossScalerState torch_update(LossScalerState s, bool found_inf, const LossScalerConfig& c) {
   if (found_inf) {
-    s.scale = s.scale * c.backoff_factor;
+    s.scale = static_cast<float>(s.scale * c.backoff_factor);
     s.growth_tracker = 0;
   } else {
     const int successful = s.growth_tracker + 1;
     if (successful == c.growth_interval) {
-      const float new_scale = s.scale * c.growth_factor;
+      const float new_scale = static_cast<float>(s.scale * c.growth_factor);
       if (std::isfinite(new_scale)) s.scale = new_scale;
       s.growth_tracker = 0;
     } else {
@@ -87,17 +87,20 @@ LossScalerState torch_update(LossScalerState s, bool found_inf, const LossScaler
 
 TEST(LossScaler, RandomFlagSequencesFollowTorch) {
   std::mt19937_64 rng(99);
-  for (const int interval : {1, 2, 3, 7, 2000}) {
-    const LossScalerConfig config{65536.0f, 2.0f, 0.5f, interval};
-    LossScalerState ours = initial_loss_scaler_state(config), theirs = ours;
-    for (int step = 0; step < 5000; ++step) {
-      const bool overflow = rng() % 13 == 0;
-      ours = next_loss_scaler_state(ours, overflow, config);
-      theirs = torch_update(theirs, overflow, config);
-      ASSERT_EQ(ours.scale, theirs.scale) << "interval " << interval << " step " << step;
-      ASSERT_EQ(ours.growth_tracker, theirs.growth_tracker) << "interval " << interval << " step " << step;
+  // Factors that are not powers of two too: their products round, once, in double (see the config).
+  const std::pair<double, double> factors[] = {{2.0, 0.5}, {3.0, 0.9}, {1.0001, 0.125}};
+  for (const int interval : {1, 2, 3, 7, 2000})
+    for (const auto& [growth, backoff] : factors) {
+      const LossScalerConfig config{65536.0f, growth, backoff, interval};
+      LossScalerState ours = initial_loss_scaler_state(config), theirs = ours;
+      for (int step = 0; step < 5000; ++step) {
+        const bool overflow = rng() % 13 == 0;
+        ours = next_loss_scaler_state(ours, overflow, config);
+        theirs = torch_update(theirs, overflow, config);
+        ASSERT_EQ(ours.scale, theirs.scale) << "interval " << interval << " step " << step;
+        ASSERT_EQ(ours.growth_tracker, theirs.growth_tracker) << "interval " << interval << " step " << step;
+      }
     }
-  }
 }
 
 TEST(LossScaler, BadConfigurationsAreRejectedWithTheValue) {
