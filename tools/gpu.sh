@@ -2,7 +2,8 @@
 # One call on a GPU machine does everything pending (DESIGN.md, "The GPU build-test-bench script"):
 #   1. configure and build in Release for the machine (sm_90 unless CUDA_ARCH says otherwise),
 #      through the offline bundle (.bundle/, from tools/bundle.sh) where packages are missing;
-#   2. run every ctest test (the gpu label included), then compute-sanitizer memcheck and
+#   2. run every ctest test (the gpu label included; not torch_cpu: the torch stage below runs
+#      that for real), then compute-sanitizer memcheck and
 #      racecheck on the GPU test binaries where the tool and the machine support them;
 #   3. run the requested suites with --out reports/<device>/; then `seqbench dump --quick` of the
 #      suites the PyTorch runner maps (into build/gpu-dump/, not $OUT: it is large); then, where
@@ -252,8 +253,10 @@ fi
 checkpoint
 
 if want test; then
+  # -LE torch_cpu: the runner's torch code and its parity oracle on the CPU (minutes of the
+  # call's budget), which this machine's torch and seqbench dump stages run for real.
   timeout -k "$kill_grace" "$(left)" ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" \
-    >"$logs/ctest.log" 2>&1
+    -LE torch_cpu >"$logs/ctest.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
     step ctest ok

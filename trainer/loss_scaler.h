@@ -23,9 +23,10 @@
 namespace seqbench::trainer {
 
 // The factors are doubles, as torch's (Python floats passed to _amp_update_scale_ as C++ double):
-// the float scale times the double factor is formed in double and rounded once to float. With
-// float factors, a factor that is not a power of two (backoff 0.9, say) would round twice and land
-// an ulp away from torch's scale (tests/trainer/update_rules_torch_test.py found that).
+// the float scale times the double factor is multiplied in double, then rounded to float, as
+// torch's kernels do. With float factors, a factor that is not a power of two (backoff 0.9, say)
+// was itself rounded to float first, and the scale landed an ulp away from torch's
+// (tests/trainer/update_rules_torch_test.py found that).
 struct LossScalerConfig {
   float init_scale = 65536.0f;
   double growth_factor = 2.0;

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cfloat>
+#include <cmath>
 #include <random>
+#include <utility>
 
 #include "core/error.h"
 #include "tests/common/expect_error.h"
@@ -64,6 +66,22 @@ TEST(LossScaler, GrowthStopsShortOfInfinityButResetsTheTracker) {
   const LossScalerState s = next_loss_scaler_state(initial_loss_scaler_state(config), false, config);
   EXPECT_EQ(s.scale, FLT_MAX);
   EXPECT_EQ(s.growth_tracker, 0);
+}
+
+// The growth's float rounding at the top of the range, where the finiteness test decides: a product
+// at the midpoint between FLT_MAX and 2^128 rounds to inf (the scale is kept), one just below it to
+// FLT_MAX (taken).
+TEST(LossScaler, GrowthRoundsToFloatAtTheTopOfTheRange) {
+  const auto grow_once = [](float scale, double growth) {
+    const LossScalerConfig config{scale, growth, 0.5, 1};
+    return next_loss_scaler_state(initial_loss_scaler_state(config), false, config);
+  };
+  const float two127 = std::ldexp(1.0f, 127);
+  EXPECT_EQ(grow_once(two127, 2.0 - std::ldexp(1.0, -24)).scale, two127);   // 2^128 - 2^103: inf, kept
+  EXPECT_EQ(grow_once(two127, 2.0 - std::ldexp(1.0, -23)).scale, FLT_MAX);  // 2^128 - 2^104 exactly
+  const float below = std::nextafter(FLT_MAX, 0.0f);                        // 2^128 - 2^105
+  EXPECT_EQ(grow_once(below, 1.0 + std::ldexp(1.0, -24)).scale, FLT_MAX);   // 2^128 - 2^104 - 2^81
+  EXPECT_EQ(grow_once(below, 1.0 + std::ldexp(1.0, -24)).growth_tracker, 0);
 }
 
 // A literal transcription of torch's _amp_update_scale_cuda_kernel (float* current_scale, double

@@ -83,6 +83,14 @@ def scaler_cases(rng):
         # growth that would overflow float32: torch keeps the scale and resets the tracker
         {"init_scale": 2.0 ** 127, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2,
          "overflow": [False] * 6 + [True] + [False] * 4},
+        # the growth's rounding at the top of float's range: a product at the midpoint between
+        # FLT_MAX and 2^128 rounds to inf (scale kept), just below it to FLT_MAX
+        {"init_scale": 2.0 ** 127, "growth_factor": 2.0 - 2.0 ** -24, "backoff_factor": 0.5, "growth_interval": 1,
+         "overflow": [False]},
+        {"init_scale": 2.0 ** 127, "growth_factor": 2.0 - 2.0 ** -23, "backoff_factor": 0.5, "growth_interval": 1,
+         "overflow": [False, False]},
+        {"init_scale": 2.0 ** 128 - 2.0 ** 105, "growth_factor": 1.0 + 2.0 ** -24, "backoff_factor": 0.5,
+         "growth_interval": 1, "overflow": [False, False]},
         # backoff down to subnormal scales
         {"init_scale": 2.0 ** -120, "growth_factor": 1.5, "backoff_factor": 0.25, "growth_interval": 1,
          "overflow": [True] * 20 + [False] * 3},

@@ -80,7 +80,10 @@ def run(args, out):
     if not os.path.isdir(args.dump):
         raise RunnerError(f"--dump folder '{args.dump}' not found (write it with `seqbench dump --out DIR`)")
     suites = suites_to_check(args.dump, args.suite)
-    totals = {suite: len(parity.selected(args.dump, suite, regex)) for suite in suites}
+    try:
+        totals = {suite: len(parity.selected(args.dump, suite, regex)) for suite in suites}
+    except OSError as e:
+        raise RunnerError(f"cannot read '{args.dump}': {failure_reason(e)}") from None
     if not any(totals.values()):
         raise RunnerError(f"nothing to check: no dumped experiment of {', '.join(suites)} in '{args.dump}' matches "
                           f"the filter '{args.filter or '.*'}'")

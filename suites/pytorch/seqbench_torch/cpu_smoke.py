@@ -2,7 +2,7 @@
 once (twice, in fact) on the CPU, so that what the runner would do on a GPU (build the inputs, make
 each variant, call it) is tried before a GPU is at hand. Nothing is timed or written.
 
-The families put their tensors on "cuda" and use torch.cuda's streams, events and generators. Here
+The families put their tensors on "cuda" and use torch.cuda's streams and generators. Here
 a TorchFunctionMode moves every tensor made with device "cuda" to the CPU, and torch.cuda's
 Stream, stream, synchronize, current_stream and torch.Generator(device="cuda") are stood in for
 (streams order nothing on the CPU). torch.compile keeps its arguments (fullgraph=True included, so
@@ -11,7 +11,9 @@ AOTAutograd run as on the GPU, Inductor's CPU code generation (not the Triton co
 with --backend inductor. CUDA graphs are not tried.
 
 Each variant's work is called twice, as the timing calls it again and again (a backward with
-retain_graph, an optimizer step, a compiled graph's second call); floating outputs must be finite.
+retain_graph, an optimizer step, a compiled graph's second call); the floating outputs of the
+second call must be finite. The trainer's works return nothing (an optimizer step), so for them
+this only shows that they run; their rules are torch's own.
 What it cannot find: anything of CUDA's own (graph capture, Triton, fused CUDA kernels, dtype
 support that differs between the CPU's and CUDA's kernels), and the speed of anything.
 
@@ -150,11 +152,10 @@ def run(args, out):
     suites = select_suites(listing.list_suites(args.seqbench, not args.full), args.suite)
     try:
         torch = importlib.import_module("torch")
+        dynamo = importlib.import_module("torch._dynamo")
+        configure(torch, 20261122)
     except Exception as e:
-        raise RunnerError(f"PyTorch is not importable ({failure_reason(e)})") from None
-    import torch._dynamo as dynamo
-
-    configure(torch, 20261122)
+        raise RunnerError(f"PyTorch is not importable or not configurable ({failure_reason(e)})") from None
     ok = failed = skipped = 0
     with cpu_for_cuda(torch), compile_backend(torch, args.backend):
         for suite in suites:
