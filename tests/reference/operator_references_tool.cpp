@@ -8,6 +8,8 @@
 //                    "scale": .., "causal": .., "causal_offset": .., "key_lengths": [..], "dy": [[..]]}
 //                   {"op": "cross_entropy", "logits": [[..]], "targets": [..], "smoothing": ..,
 //                    "convention": "paper" | "fairseq", "ignore_index": null | int, "grad_loss": [..]}
+//                   {"op": "attention", "q": [[..]], "k": [[..]], "v": [[..]], the softmax's shape, "scale",
+//                    mask fields, "dout": [[..]]}
 //                   {"op": "bias_act", "x": [[..]], "bias": [..], "activation": "relu" | "gelu_erf" |
 //                    "gelu_tanh", "dy": [[..]]}]}
 //   out: {"cases": [{output name: matrix, vector or number, ...}]}
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/attention.h"
 #include "reference/bias_act_dropout.h"
 #include "reference/cross_entropy.h"
 #include "reference/layernorm.h"
@@ -72,17 +75,43 @@ json layernorm(const json& c) {
           {"dx", of(bwd.dx)}, {"dgamma", of(bwd.dgamma)}, {"dbeta", of(bwd.dbeta)}};
 }
 
-json softmax(const json& c) {
+seqbench::ref::AttentionShape attention_shape(const json& c) {
   seqbench::ref::AttentionShape shape;
   shape.batch = c.at("batch").get<Eigen::Index>();
   shape.heads = c.at("heads").get<Eigen::Index>();
   shape.q_len = c.at("q_len").get<Eigen::Index>();
   shape.k_len = c.at("k_len").get<Eigen::Index>();
+  return shape;
+}
+
+seqbench::ref::AttentionMask attention_mask(const json& c, const seqbench::ref::AttentionShape& shape) {
   seqbench::ref::AttentionMask mask;
   mask.causal = c.at("causal").get<bool>();
   mask.causal_offset = c.at("causal_offset").get<Eigen::Index>();
   for (const json& l : c.at("key_lengths")) mask.key_lengths.push_back(l.get<Eigen::Index>());
   seqbench::ref::validate_attention_mask(mask, shape);
+  return mask;
+}
+
+json attention(const json& c) {
+  const seqbench::ref::AttentionShape shape = attention_shape(c);
+  seqbench::ref::AttentionConfig config;
+  config.scale = c.at("scale").get<double>();
+  config.mask = attention_mask(c, shape);
+  const Matrix q = to_matrix(c.at("q")), k = to_matrix(c.at("k")), v = to_matrix(c.at("v"));
+  const auto fwd = seqbench::ref::attention_forward(q, k, v, shape, config);
+  const auto bwd =
+      seqbench::ref::attention_backward(to_matrix(c.at("dout")), q, k, v, shape, config, fwd.probs);
+  return {{"out", of(fwd.out)},
+          {"probs", of(fwd.probs)},
+          {"dq", of(bwd.dq)},
+          {"dk", of(bwd.dk)},
+          {"dv", of(bwd.dv)}};
+}
+
+json softmax(const json& c) {
+  const seqbench::ref::AttentionShape shape = attention_shape(c);
+  const seqbench::ref::AttentionMask mask = attention_mask(c, shape);
   const double scale = c.at("scale").get<double>();
   const Matrix y = seqbench::ref::attention_softmax_forward(to_matrix(c.at("x")), shape, scale, mask);
   return {{"y", of(y)},
@@ -146,6 +175,8 @@ int main() {
         out["cases"].push_back(softmax(c));
       } else if (op == "cross_entropy") {
         out["cases"].push_back(cross_entropy(c));
+      } else if (op == "attention") {
+        out["cases"].push_back(attention(c));
       } else if (op == "bias_act") {
         out["cases"].push_back(bias_act(c));
       } else {

@@ -1,5 +1,7 @@
 """reference/'s operator functions against PyTorch itself, in float64: LayerNorm (forward and
 backward), the attention softmax (scale, causal with an offset, key lengths; forward and backward),
+scaled dot-product attention (the same masks; out and the probabilities, dq, dk, dv against
+F.scaled_dot_product_attention),
 label-smoothed cross-entropy (both conventions, ignore_index; loss, nll, their sums, dlogits for a
 per-row upstream gradient) and bias + activation (ReLU, GELU erf, GELU tanh; forward, dx, dbias).
 Every kernel test trusts these references, and their docs name PyTorch's semantics: this holds
@@ -60,25 +62,59 @@ def layernorm_case(rng):
 def softmax_case(rng):
     batch, heads, q_len = rng.choice([1, 2, 3]), rng.choice([1, 2]), rng.choice([1, 2, 5])
     k_len = rng.choice([1, 2, 9, 40])
-    causal = k_len >= q_len and rng.random() < 0.5
-    lengths = [rng.randint(1, k_len) for _ in range(batch)] if rng.random() < 0.5 else []
     rows = batch * heads * q_len
     case = {"op": "softmax", "x": matrix(rng, rows, k_len, -4, 4), "batch": batch, "heads": heads, "q_len": q_len,
-            "k_len": k_len, "scale": rng.choice([1.0, 0.125, 3.0]), "causal": causal,
-            "causal_offset": k_len - q_len if causal else 0, "key_lengths": lengths, "dy": matrix(rng, rows, k_len)}
+            "k_len": k_len, "scale": rng.choice([1.0, 0.125, 3.0]), **attention_mask_fields(rng, batch, q_len, k_len),
+            "dy": matrix(rng, rows, k_len)}
 
     def torch_side():
         x_ = t(case["x"]).requires_grad_()
-        masked = torch.zeros(batch, heads, q_len, k_len, dtype=torch.bool)
-        j = torch.arange(k_len)
-        if causal:  # query i sees keys j <= i + offset
-            masked |= j[None, :] > (torch.arange(q_len)[:, None] + case["causal_offset"])
-        for b, length in enumerate(lengths):
-            masked[b] |= j >= length
-        z = (case["scale"] * x_).reshape(batch, heads, q_len, k_len).masked_fill(masked, -math.inf)
+        z = (case["scale"] * x_).reshape(batch, heads, q_len, k_len).masked_fill(masked_of(case), -math.inf)
         y = torch.softmax(z, dim=-1).reshape(rows, k_len)
         (dx,) = torch.autograd.grad(y, x_, t(case["dy"]))
         return {"y": (y, k_len), "dx": (dx, k_len)}
+
+    return case, torch_side
+
+
+def attention_mask_fields(rng, batch, q_len, k_len):
+    """A causal mask (with the offset of the last q_len of k_len positions) and/or key lengths; key 0
+    stays visible to every query, so no row is fully masked (the reference's zeros, torch's NaN)."""
+    causal = k_len >= q_len and rng.random() < 0.5
+    lengths = [rng.randint(1, k_len) for _ in range(batch)] if rng.random() < 0.5 else []
+    return {"causal": causal, "causal_offset": k_len - q_len if causal else 0, "key_lengths": lengths}
+
+
+def masked_of(case):
+    """bool [batch, 1, q_len, k_len]: True where the reference masks the key."""
+    batch, q_len, k_len = case["batch"], case["q_len"], case["k_len"]
+    masked = torch.zeros(batch, 1, q_len, k_len, dtype=torch.bool)
+    j = torch.arange(k_len)
+    if case["causal"]:  # query i sees keys j <= i + offset
+        masked |= j[None, :] > (torch.arange(q_len)[:, None] + case["causal_offset"])
+    for b, length in enumerate(case["key_lengths"]):
+        masked[b] |= j >= length
+    return masked
+
+
+def attention_case(rng):
+    batch, heads, q_len, k_len = rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([1, 4]), rng.choice([1, 5, 17])
+    d, dv = rng.choice([1, 8]), rng.choice([2, 8])
+    case = {"op": "attention", "batch": batch, "heads": heads, "q_len": q_len, "k_len": k_len,
+            "scale": rng.choice([1.0 / math.sqrt(d), 0.5, 2.0]), **attention_mask_fields(rng, batch, q_len, k_len),
+            "q": matrix(rng, batch * heads * q_len, d, -2, 2), "k": matrix(rng, batch * heads * k_len, d, -2, 2),
+            "v": matrix(rng, batch * heads * k_len, dv), "dout": matrix(rng, batch * heads * q_len, dv)}
+
+    def torch_side():
+        q = t(case["q"]).reshape(batch, heads, q_len, d).requires_grad_()
+        k = t(case["k"]).reshape(batch, heads, k_len, d).requires_grad_()
+        v = t(case["v"]).reshape(batch, heads, k_len, dv).requires_grad_()
+        masked = masked_of(case)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=~masked, scale=case["scale"])
+        dq, dk, dv_ = torch.autograd.grad(out, (q, k, v), t(case["dout"]).reshape(out.shape))
+        probs = torch.softmax((case["scale"] * q @ k.transpose(-1, -2)).masked_fill(masked, -math.inf), dim=-1)
+        n = max(d, k_len, q_len)
+        return {"out": (out, n), "probs": (probs.detach(), n), "dq": (dq, n), "dk": (dk, n), "dv": (dv_, n)}
 
     return case, torch_side
 
@@ -88,6 +124,8 @@ def cross_entropy_case(rng):
     n = rng.choice([1, 5, 13])
     v = rng.choice([1, 2, 7, 50, 1000] if convention == "paper" else [2, 7, 50, 1000])
     smoothing = rng.choice([0.0, 0.1, 0.6])
+    if convention == "fairseq" and smoothing * v / (v - 1) > 1.0:
+        smoothing = 0.1  # torch's α = ε·V/(V-1) must stay in [0, 1]
     ignore = rng.choice([None, 0, v - 1]) if v > 1 else None
     targets = [rng.randrange(v) for _ in range(n)]
     if ignore is not None:
@@ -128,7 +166,7 @@ def bias_act_case(rng):
 
 def main(tool):
     rng = random.Random(20261124)
-    makers = [layernorm_case, softmax_case, cross_entropy_case, bias_act_case]
+    makers = [layernorm_case, softmax_case, attention_case, cross_entropy_case, bias_act_case]
     cases = [maker(rng) for maker in makers for _ in range(60)]
     done = subprocess.run([tool], input=json.dumps({"cases": [c for c, _ in cases]}), text=True, capture_output=True,
                           check=False)
@@ -138,7 +176,12 @@ def main(tool):
     ours = json.loads(done.stdout)["cases"]
     failures, worst, checked = 0, {}, 0
     for (case, torch_side), result in zip(cases, ours, strict=True):
-        theirs = torch_side()
+        try:
+            theirs = torch_side()
+        except Exception as e:  # a case torch refuses is this test's mistake: a failure, not a traceback
+            failures += 1
+            print(f"FAIL: {case['op']}: torch raised {type(e).__name__}: {e}")
+            continue
         if set(theirs) != set(result):
             failures += 1
             print(f"FAIL: {case['op']}: outputs {sorted(result)} against torch's {sorted(theirs)}")
