@@ -31,6 +31,7 @@
 //   attention.h              scaled dot-product attention and multi-head attention
 //   transformer_layer.h      encoder and decoder layers (pre-/post-LN) composed from the above
 //   optimizers.h             Adam, AdamW, SGD (momentum, Nesterov), PyTorch semantics
+//   relu_centering.h         an fc1 bias that keeps ReLU pre-activations off the kink (test inputs)
 //   gradcheck.h              the finite-difference gradient checker and its tolerance
 //   checks.h                 run_reference_checks(): every gradcheck and closed-form test
 #pragma once
@@ -46,6 +47,7 @@
 #include "reference/layernorm.h"
 #include "reference/linear.h"
 #include "reference/optimizers.h"
+#include "reference/relu_centering.h"
 #include "reference/softmax.h"
 #include "reference/tensor.h"
 #include "reference/transformer_layer.h"

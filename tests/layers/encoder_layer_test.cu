@@ -247,11 +247,13 @@ TEST(BaselineEncoderLayerGpu, MatchesTheReferenceOnRandomConfigsAndPaddedBatches
   print_worst_ratios("baseline_encoder");
 }
 
-// In f16 and bf16, the fused layer's 2-norm error per output tensor is at most twice the eager-like
-// baseline's on the same case and draws, plus one rounding (layer_check::expect_no_less_accurate,
-// which says why). This is the check that still bites where the rounding-depth model above is
-// nearly vacuous (bf16: tol = n/64 + ..., 0.5 or more for every backward). f32 is left out: there
-// both layers' errors are accumulation order, not storage rounding, so neither is expected lower.
+// In f16 and bf16, the fused layer's 2-norm error per output tensor, in units of one rounding and
+// summed in quadrature over every case, is at most twice the eager-like baseline's on the same
+// cases and draws, plus one rounding per case (layer_check::expect_no_less_accurate says why
+// fused ≤ baseline is expected; expect_fused_no_less_accurate_on_every_case why over all cases). This is the
+// check that still bites where the rounding-depth model above is nearly vacuous (bf16: tol = n/64 + ..., 0.5
+// or more for every backward). f32 is left out: there both layers' errors are accumulation order, not storage
+// rounding, so neither is expected lower.
 TEST(EncoderLayerGpu, IsNoLessAccurateThanTheBaselineInF16AndBf16) {
   SEQBENCH_REQUIRE_GPU();
   expect_fused_no_less_accurate_on_every_case(

@@ -22,6 +22,7 @@
 #include "layers/decoder_layer.h"
 #include "layers/layer_run.h"
 #include "reference/layernorm.h"
+#include "reference/relu_centering.h"
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
 #include "tests/layers/layer_cases.h"
@@ -169,22 +170,76 @@ inline void expect_no_less_accurate(const NormwiseErrors& fused, const NormwiseE
   }
 }
 
-// expect_no_less_accurate over every case in f16 and bf16, with the seeds for_each_dtype_and_case
-// gives (the draws of the reference tests): run(case, seed, baseline, errors, T{}) runs one
-// layer and records its errors; describe(case, dtype) names the case.
+// The fused layer against the baseline over EVERY case at once, per (dtype, tensor): with each
+// case's errors in units of its own one-rounding floor d_c = u_T·||ref_c||_2 + η_T·√n_c (so cases of
+// any size weigh alike), f_c = ||fused_c - ref_c||_2 / d_c and b_c likewise for the baseline,
+//   √(Σ_c f_c²) <= 2 · √(Σ_c b_c²) + √C          (C the cases compared)
+// which is expect_no_less_accurate's per-case rule (f_c <= 2 b_c + 1) added in quadrature.
+// Why not per case: the rule's noise model needs many independent roundings in each tensor, and
+// the cases' degenerate shapes do not give them (B = L = 1, H = 8, one head; a cross-attention over
+// one or two keys, where heads = 1 makes dQ one scalar per row times a fixed vector, so the
+// tensor's 2-norm error is one rounding's luck). Measured on the CPU executor over 12 seeds beside
+// kSeed (tests/simt, 6697 case-tensor comparisons, encoder and decoder): the fused/baseline ratio
+// has median 0.87 and p90 1.1, but 29 comparisons exceed 2 (up to 6.0), nearly all on those
+// shapes, and on every seed at least one does: the per-case rule held at kSeed only by the draw of
+// its inputs (a change of the ReLU cases' fc1 bias, reference/relu_centering.h, moved one f16
+// decoder case to 3.0). In aggregate, a layer bug in one case (a wrong row, tail or mask moves its
+// error to the size of the values, 1/u_T floors) still exceeds the bound: with C ≈ 20 cases it
+// needs f_c above about 5√C ≈ 22, i.e. a relative 2-norm error above 1 % in f16 and 9 % in bf16.
+// The per-case ratios are still printed (worst_fused_over_baseline).
+// run(case, seed, baseline, errors, T{}) runs one layer and records its errors; describe(case,
+// dtype) names the case.
 template <class Case, class Run, class Describe>
 void expect_fused_no_less_accurate_on_every_case(const std::vector<Case>& cases, std::uint64_t first_seed,
                                                  const std::string& label, Run&& run, Describe&& describe) {
+  struct Sums {
+    double fused2 = 0.0, baseline2 = 0.0;
+    std::size_t cases = 0;
+    double worst = 0.0;  // the largest f_c / (2 b_c + 1), and where
+    std::string worst_where;
+  };
+  std::map<std::string, Sums> sums;  // "<dtype> <tensor>"
   layer_test::for_each_dtype_and_case(cases, first_seed, [&](const Case& c, std::uint64_t seed, auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
+      const DType dtype = DTypeTraits<T>::dtype;
       NormwiseErrors fused, baseline;
       run(c, seed, false, &fused, tag);
       run(c, seed, true, &baseline, tag);
-      expect_no_less_accurate(fused, baseline, DTypeTraits<T>::dtype, label,
-                              describe(c, DTypeTraits<T>::dtype));
+      const std::string where = describe(c, dtype);
+      ASSERT_EQ(fused.size(), baseline.size()) << where;
+      for (const auto& [tensor, f] : fused) {
+        const auto it = baseline.find(tensor);
+        ASSERT_NE(it, baseline.end()) << tensor << " (" << where << ")";
+        const NormwiseError& b = it->second;
+        if (f.n == 0) continue;
+        const double floor = unit_roundoff(dtype) * f.ref + operators::check_util::underflow_error(dtype) *
+                                                                std::sqrt(static_cast<double>(f.n));
+        const double fc = f.err / floor, bc = b.err / floor;  // +inf for a NaN: fails below
+        double& worst =
+            worst_fused_over_baseline()[label + " " + std::string(dtype_name(dtype)) + " " + tensor];
+        worst = std::max(worst, b.err > 0.0 ? f.err / b.err : (f.err > 0.0 ? INFINITY : 0.0));
+        Sums& t = sums[std::string(dtype_name(dtype)) + " " + tensor];
+        t.fused2 += fc * fc;
+        t.baseline2 += bc * bc;
+        ++t.cases;
+        const double per_case = fc / (2.0 * bc + 1.0);
+        if (!(per_case <= t.worst)) {
+          t.worst = per_case;
+          t.worst_where = where;
+        }
+      }
     }
   });
+  for (const auto& [key, t] : sums) {
+    const double fused = std::sqrt(t.fused2),
+                 bound = 2.0 * std::sqrt(t.baseline2) + std::sqrt(static_cast<double>(t.cases));
+    EXPECT_LE(fused, bound) << label << " " << key << ": fused √Σ f_c² " << fused << ", baseline √Σ b_c² "
+                            << std::sqrt(t.baseline2) << " over " << t.cases
+                            << " cases (in one-rounding floors); "
+                            << "the case furthest over its own 2 b_c + 1: " << t.worst_where << " ("
+                            << t.worst << "×)";
+  }
   print_worst_fused_over_baseline();
 }
 
@@ -229,24 +284,21 @@ std::vector<T> random_parameters(const std::vector<ParameterShape>& shapes, std:
   return params;
 }
 
-// ReLU's derivative jumps at 0. An exact pre-activation h = in·W1ᵀ + b1 within the layer's error
-// of 0 can land on the other side in a layer (the fused layer adds the bias to the product rounded
-// to T, the baseline rounds the sum, and `in` carries the error of every sub-layer before the FFN),
-// and that one element then moves fc1's gradients, and every gradient upstream of them, by
-// |d_act|: an O(1) change that no rounding model bounds, falling on different elements in
-// different layers. (Seen on the CPU executor, tests/simt: in two bf16 cases one such element moved
-// dfc1_bias by 13% and 20% of its norm, in the fused layer in one case and in the baseline in the
-// other.) So a relu case places each column's fc1 bias in the middle of the widest gap between that
-// column's products in·W1ᵀ, searched among the middle half of the sorted values so that both signs
-// stay, and rounds it to T. The per-element masks stay (each column keeps rows on both sides); the
-// draws' near-ties with 0 go. Returns the margin: the smallest |h_rj| / (max_r |(in·W1ᵀ)_rj| + |b_j|)
-// over the columns.
+// ReLU's derivative jumps at 0, so a pre-activation within rounding of 0 can take opposite signs in
+// two layers and move fc1's gradients by an O(1) amount that no rounding model bounds (seen on the
+// CPU executor, tests/simt: in two bf16 cases one such element moved dfc1_bias by 13% and 20% of
+// its norm, in the fused layer in one case and in the baseline in the other). So a relu case places
+// each column's fc1 bias off the kink (reference/relu_centering.h, which says how) and rounds it to
+// T. Returns the margin: the smallest |h_rj| / (max_r |(in·W1ᵀ)_rj| + |b_j|) over the columns.
 //
 // The margin a comparison needs is the pre-activation's relative error, which grows with the
 // rounding depth before the FFN: 16 u_T, from the bf16 case above that still flipped one element
-// at a margin of 8.5 u (3.3%). f16's margins on the tests' draws are 90 u and more; bf16's, 8 to
-// 16 u, are not enough, so bf16's relu cases are left out of the fused-against-baseline comparison
-// (its MatchesTheReference bound, n · 4u ≥ 1, already covers a flip there).
+// at a margin of 8.5 u. f16's margins on the tests' draws are 49 u and more; bf16's, 8 to 15 u,
+// are not enough, so bf16's relu cases are left out of the fused-against-baseline comparison (its
+// MatchesTheReference bound, n · 4u ≥ 1, already covers a flip there). Until 2026-11-24 this helper
+// read each column's products through col(j).data() of a row-major matrix, i.e. a run of one row:
+// the biases were placed and the margins measured on the wrong values (the 8.5 u above among
+// them); the shared reference/relu_centering.cpp reads the columns.
 inline double relu_margin_needed(DType dtype) {
   return 16.0 * unit_roundoff(dtype);
 }
@@ -258,31 +310,14 @@ double center_relu_bias(std::vector<T>& params, std::size_t bias_offset, ref::Ff
       rc.pre_layer_norm
           ? ref::layernorm_forward(sublayer_in, ffn.norm.gamma, ffn.norm.beta, rc.layer_norm_eps).y
           : sublayer_in;
-  const ref::Matrix product = in * ffn.fc1.weight.transpose();  // [rows, ffn]
-  const ref::Index rows = product.rows();
-  double margin = INFINITY;
-  for (ref::Index j = 0; j < product.cols(); ++j) {
-    std::vector<double> v(product.col(j).data(), product.col(j).data() + rows);
-    std::sort(v.begin(), v.end());
-    double scale = 0.0;
-    for (double p : v) scale = std::max(scale, std::fabs(p));
-    double zero_at = v.front() - 1.0;  // one row: below it (the lone value stays positive)
-    if (rows > 1) {
-      const std::size_t n = v.size(), first = (n - 1) / 4, last = std::max(first + 1, n - 1 - (n - 1) / 4);
-      std::size_t widest = first;
-      for (std::size_t i = first; i < last; ++i)
-        if (v[i + 1] - v[i] > v[widest + 1] - v[widest]) widest = i;
-      zero_at = 0.5 * (v[widest] + v[widest + 1]);
-    }
-    const T bias = from_float<T>(static_cast<float>(-zero_at));
-    params[bias_offset + static_cast<std::size_t>(j)] = bias;
-    const double b = static_cast<double>(to_float(bias));
-    ffn.fc1.bias(j) = b;
-    double closest = INFINITY;
-    for (double p : v) closest = std::min(closest, std::fabs(p + b));
-    margin = std::min(margin, closest / (scale + std::fabs(b)));
+  const ref::ReluBiasCentering centered = ref::center_relu_bias(in, ffn.fc1.weight, [](double b) {
+    return static_cast<double>(to_float(from_float<T>(static_cast<float>(b))));
+  });
+  for (ref::Index j = 0; j < centered.bias.size(); ++j) {
+    params[bias_offset + static_cast<std::size_t>(j)] = from_float<T>(static_cast<float>(centered.bias(j)));
+    ffn.fc1.bias(j) = centered.bias(j);
   }
-  return margin;
+  return centered.margin;
 }
 
 // A case's recorded errors (for expect_no_less_accurate) are dropped when its relu margin is below

@@ -2,7 +2,9 @@
 // Philox masks, position conventions) and its argument validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -263,6 +265,51 @@ TEST(ReferenceGradcheck, ReportsMalformedProblemsAsFailures) {
   EXPECT_FALSE(result.passed);
   EXPECT_NE(result.detail.find("backward returned 0 gradients for 1 inputs"), std::string::npos)
       << result.detail;
+}
+
+// The centered bias keeps every pre-activation at least `margin` (relative) from 0, with rows on
+// both sides of 0 in each column, on random data with near-ties planted at 0; the margin is what
+// the biases achieve (recomputed here), and a rounding that moves the bias is taken into account.
+TEST(ReferenceReluCentering, KeepsBothSignsAndReportsTheMarginAchieved) {
+  std::uint64_t state = 12345;
+  const auto uniform = [&] {  // a small LCG: enough for a shape test, and the same on every run
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) * 0x1p-53 * 2.0 - 1.0;
+  };
+  for (const Index rows : {1, 2, 7, 64}) {
+    Matrix in(rows, 5), w(9, 5);
+    for (Index i = 0; i < in.size(); ++i) in.data()[i] = uniform();
+    for (Index i = 0; i < w.size(); ++i) w.data()[i] = uniform();
+    const auto coarse = [](double b) { return std::ldexp(std::round(std::ldexp(b, 6)), -6); };
+    for (const bool round : {false, true}) {
+      const ReluBiasCentering c =
+          round ? center_relu_bias(in, w, coarse) : center_relu_bias(in, w, [](double b) { return b; });
+      ASSERT_EQ(c.bias.size(), 9);
+      const Matrix h = (in * w.transpose()).rowwise() + c.bias.transpose();
+      double margin = INFINITY;
+      for (Index j = 0; j < h.cols(); ++j) {
+        if (round) {
+          EXPECT_EQ(c.bias(j), coarse(c.bias(j))) << j;
+        }
+        const double scale = (in * w.transpose()).col(j).cwiseAbs().maxCoeff() + std::fabs(c.bias(j));
+        margin = std::min(margin, h.col(j).cwiseAbs().minCoeff() / scale);
+        if (rows == 1) {
+          EXPECT_GT(h(0, j), 0.0) << "a lone row stays active";
+        } else if (!round) {  // the unrounded zero lies strictly inside a gap: rows on both sides
+          EXPECT_GT(h.col(j).maxCoeff(), 0.0) << rows << " rows, column " << j;
+          EXPECT_LT(h.col(j).minCoeff(), 0.0) << rows << " rows, column " << j;
+        }
+      }
+      EXPECT_DOUBLE_EQ(c.margin, margin) << rows << " rows, rounded " << round;
+      if (!round) {
+        EXPECT_GT(c.margin, 0.0) << rows << " rows: no pre-activation at 0";
+      }
+    }
+  }
+  expect_error([] { center_relu_bias(Matrix(2, 3), Matrix(4, 5), [](double b) { return b; }); },
+               "fc1_input has 3 columns, fc1_weight 5");
+  expect_error([] { center_relu_bias(Matrix(0, 3), Matrix(4, 3), [](double b) { return b; }); },
+               "fc1_input has no rows");
 }
 
 }  // namespace
