@@ -143,8 +143,10 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
         SEQBENCH_REQUIRE(index < e.variants.size(),
                          "dump: experiment " << e.name << " has no variant '" << variant << "'");
         std::vector<DumpArray> arrays;
+        nlohmann::json params = e.params;
+        params.update(e.dump_params);
         if (e.dump_standalone) {
-          arrays = e.dump_standalone();
+          arrays = e.dump_standalone(params);
         } else {
           PreparedExperiment p = e.prepare();
           SEQBENCH_REQUIRE(p.dump, "dump: experiment " << e.name << " names dump_variant '" << variant
@@ -158,11 +160,10 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
         }
 
         const std::filesystem::path dir = options.out_dir / suite->name / dump_folder_name(e.name);
-        nlohmann::json params = e.params;
-        params.update(e.dump_params);
         result.files += write_dump_folder(dir, suite->name, e.name, params, variant, arrays);
         ++result.dumped;
-        log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n" << std::flush;
+        log << "dumped " << suite->name << "/" << e.name << " (" << arrays.size() << " arrays)\n"
+            << std::flush;
       } catch (const std::exception& ex) {
         const Error* error = dynamic_cast<const Error*>(&ex);
         result.failed.push_back(suite->name + "/" + e.name + ": " + (error ? error->message() : ex.what()));

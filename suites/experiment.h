@@ -61,8 +61,9 @@ struct ExperimentSpec {
   // Optional: a dump that needs neither the timing's inputs nor a run of dump_variant (the layers'
   // separate parity instances, suites/layers/dump.cu). `seqbench dump` then calls it instead of
   // preparing the experiment and running the variant at the timed shape, whose outputs it would
-  // not write. dump_variant still names the variant the arrays are of.
-  std::function<std::vector<DumpArray>()> dump_standalone;
+  // not write. dump_variant still names the variant the arrays are of. It may add to the manifest's
+  // params what only the run finds out (the layers' ReLU margins), through its argument.
+  std::function<std::vector<DumpArray>(nlohmann::json& manifest_params)> dump_standalone;
   std::function<PreparedExperiment()> prepare;  // called only where a GPU is present
   // Time each variant through a CUDA graph (suites/gpu_timer.h, rule 5): for single small ops, whose
   // host-side launch cost must not decide the result (suites/pytorch graphs torch's the same way).

@@ -20,8 +20,17 @@
 //   criterion  inputs  logits [B·L, V], targets i32 [B·L]
 //              outputs loss, nll, lse f32 [B·L], loss_sum, nll_sum f32 [1], counted_tokens i32 [1];
 //                      bwd: dlogits [B·L, V] for grad_loss_sum = 1
+// ReLU's kink. The encoder and decoder instances (ReLU, as transformer-big) have their fc1 bias
+// moved off the kink before they run (center_fc1_bias below, reference/relu_centering.h): else
+// pre-activations within rounding of 0 take opposite signs in seqbench and in torch, and move fc1's
+// gradients by O(1) (measured on the CPU executor: d_fc1_weight at 0.77 of its f16 bound, f32 at
+// 1e-3 where rounding gives 1e-6). The dumped fc1_bias is the centered one, so torch sees the same.
+// The manifest's params.parity_relu_margin gives, per instance dtype, the margin achieved: the
+// smallest |pre-activation| relative to its column's scale (compare it with u_T: 1024 rows leave
+// gaps of a few u_T, so flips become rare, not impossible).
 // The timed experiment is neither prepared nor run for the dump (ExperimentSpec::dump_standalone).
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -38,6 +47,8 @@
 #include "layers/device_allocator.h"
 #include "layers/embedding_layer.h"
 #include "layers/encoder_layer.h"
+#include "reference/layernorm.h"
+#include "reference/relu_centering.h"
 #include "suites/layers/layer_experiments.h"
 #include "suites/layers/parameter_block.h"
 #include "suites/operators/check_util.h"
@@ -211,8 +222,62 @@ void add_parameters(DeviceSources& src, ParameterBlock<T>& block,
   }
 }
 
+std::size_t tensor_index(const std::vector<layers::ParameterShape>& shapes, const std::string& name) {
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    if (shapes[i].name == name) return i;
+  SEQBENCH_FAIL("layers dump: the layer has no parameter '" << name << "'");
+}
+
 template <class T>
-void run_encoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
+std::vector<T> to_host(const T* device, std::size_t n) {
+  std::vector<T> host(n);
+  if (n > 0) SEQBENCH_CUDA_CHECK(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// Moves the fc1 bias in `block` off ReLU's kink (reference/relu_centering.h) and returns the margin.
+// The FFN's input x1 comes from an auxiliary forward of the same layer (forward(aux, y)) on a copy
+// of the parameters with fc2's weight and bias 0: in a pre-LN layer y = x1 + fc2(act(fc1(LN(x1))))
+// + b2 is then x1 exactly, the x1 of the real run (no sub-layer before the FFN reads fc2). The host
+// forms LN_ffn(x1)·W1ᵀ in double and picks the biases; they are rounded to T as the layer stores
+// them. A post-LN layer's y = LN(x1 + ...) does not give x1 back: refused, naming the field.
+template <class T, class Forward>
+double center_fc1_bias(const layers::LayerConfig& c, ParameterBlock<T>& block,
+                       const std::vector<layers::ParameterShape>& shapes, std::size_t rows,
+                       Forward&& forward) {
+  SEQBENCH_REQUIRE(c.pre_layer_norm,
+                   "layers dump: centering the ReLU bias needs a pre-LN layer (pre_layer_norm "
+                   "is false: its output does not give the FFN's input back)");
+  const std::size_t H = static_cast<std::size_t>(c.hidden), F = static_cast<std::size_t>(c.ffn);
+  const std::size_t gamma = tensor_index(shapes, "ffn_ln_gamma"), beta = tensor_index(shapes, "ffn_ln_beta");
+  const std::size_t w1 = tensor_index(shapes, "fc1_weight"), b1 = tensor_index(shapes, "fc1_bias");
+  const std::size_t w2 = tensor_index(shapes, "fc2_weight"), b2 = tensor_index(shapes, "fc2_bias");
+  ParameterBlock<T> aux(shapes, kParamSeed);
+  SEQBENCH_CUDA_CHECK(cudaMemset(aux.param(w2), 0, shapes[w2].elements() * sizeof(T)));  // +0 in every T
+  SEQBENCH_CUDA_CHECK(cudaMemset(aux.param(b2), 0, shapes[b2].elements() * sizeof(T)));
+  DeviceBuffer<T> x1(rows * H);
+  forward(aux, x1);
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  namespace cu = operators::check_util;
+  const auto r = static_cast<ref::Index>(rows), h = static_cast<ref::Index>(H),
+             f = static_cast<ref::Index>(F);
+  const ref::Matrix fc1_input =
+      ref::layernorm_forward(cu::to_matrix(to_host(x1.data(), rows * H), r, h),
+                             cu::to_vector(to_host(block.param(gamma), H)),
+                             cu::to_vector(to_host(block.param(beta), H)), c.layer_norm_eps)
+          .y;
+  const ref::ReluBiasCentering centered = ref::center_relu_bias(
+      fc1_input, cu::to_matrix(to_host(block.param(w1), F * H), f, h),
+      [](double b) { return static_cast<double>(to_float(from_float<T>(static_cast<float>(b)))); });
+  std::vector<T> bias(F);
+  for (std::size_t j = 0; j < F; ++j)
+    bias[j] = from_float<T>(static_cast<float>(centered.bias(static_cast<ref::Index>(j))));
+  SEQBENCH_CUDA_CHECK(cudaMemcpy(block.param(b1), bias.data(), F * sizeof(T), cudaMemcpyHostToDevice));
+  return centered.margin;
+}
+
+template <class T>
+double run_encoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   const layers::LayerConfig c = parity_layer_config(d, s.batch, s.seq_len);
   const std::vector<layers::ParameterShape> shapes = layers::encoder_layer_parameter_shapes(c);
   ParameterBlock<T> block(shapes, kParamSeed);
@@ -221,6 +286,20 @@ void run_encoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   block.bind(w, g, kEncoderTensors);
   LayerActivations<T> a(static_cast<std::size_t>(s.batch * s.seq_len), c.hidden);
   auto& [x, y, dy, dx] = a;
+  double margin = INFINITY;
+  if (c.activation == layers::Activation::relu)
+    margin = center_fc1_bias(c, block, shapes, a.x.size() / static_cast<std::size_t>(c.hidden),
+                             [&](ParameterBlock<T>& aux, DeviceBuffer<T>& out) {
+                               layers::EncoderLayerWeights aw;
+                               layers::EncoderLayerGrads ag;
+                               aux.bind(aw, ag, kEncoderTensors);
+                               layers::CudaAllocator cuda;
+                               layers::EncoderLayer layer(c, aw, ag, cuda);
+                               layer.forward(out.data(), a.x.data(), static_cast<std::size_t>(s.batch),
+                                             static_cast<std::size_t>(s.seq_len), nullptr, kDropoutSeed, 0,
+                                             nullptr);
+                               SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+                             });
   {
     layers::CudaAllocator cuda;
     layers::EncoderLayer layer(c, w, g, cuda);
@@ -236,10 +315,11 @@ void run_encoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   src.add("dx", dx);
   add_parameters(src, block, shapes, true);
   src.fill(arrays, prefix_of(d));
+  return margin;
 }
 
 template <class T>
-void run_decoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
+double run_decoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   const layers::LayerConfig c = parity_layer_config(d, s.batch, s.seq_len);
   const std::vector<layers::ParameterShape> shapes = layers::decoder_layer_parameter_shapes(c);
   ParameterBlock<T> block(shapes, kParamSeed);
@@ -253,6 +333,17 @@ void run_decoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   DeviceBuffer<T> enc(n), denc(n);
   operators::check_util::fill(enc, kInputSeed + 2, -1.0f, 1.0f);
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  double margin = INFINITY;
+  if (c.activation == layers::Activation::relu)
+    margin = center_fc1_bias(c, block, shapes, b * l, [&](ParameterBlock<T>& aux, DeviceBuffer<T>& out) {
+      layers::DecoderLayerWeights aw;
+      layers::DecoderLayerGrads ag;
+      aux.bind(aw, ag, kDecoderTensors);
+      layers::CudaAllocator cuda;
+      layers::DecoderLayer layer(c, aw, ag, cuda);
+      layer.forward(out.data(), a.x.data(), enc.data(), b, l, l, nullptr, nullptr, kDropoutSeed, 0, nullptr);
+      SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    });
   {
     layers::CudaAllocator cuda;
     layers::DecoderLayer layer(c, w, g, cuda);
@@ -269,6 +360,7 @@ void run_decoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays) {
   src.add("d_encoder_out", denc);
   add_parameters(src, block, shapes, true);
   src.fill(arrays, prefix_of(d));
+  return margin;
 }
 
 template <class T>
@@ -334,22 +426,27 @@ void run_criterion(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays)
   src.fill(arrays, prefix_of(d));  // before the layer (which owns loss, nll, lse, totals) goes
 }
 
-std::vector<DumpArray> run_parity(const nlohmann::json& params) {
+// manifest_params gets parity_relu_margin {dtype: margin} for a ReLU encoder or decoder instance.
+std::vector<DumpArray> run_parity(const nlohmann::json& params, nlohmann::json& manifest_params) {
   const ParitySpec s = parity_spec(params);
   std::vector<DumpArray> arrays = layer_parity_layout(params);
+  nlohmann::json margins = nlohmann::json::object();
   for (const DType d : s.dtypes) {
     dispatch_dtype(d, [&](auto tag) {
       using T = decltype(tag);
+      double margin = INFINITY;
       if (s.layer == "encoder")
-        run_encoder<T>(s, d, arrays);
+        margin = run_encoder<T>(s, d, arrays);
       else if (s.layer == "decoder")
-        run_decoder<T>(s, d, arrays);
+        margin = run_decoder<T>(s, d, arrays);
       else if (s.layer == "embedding")
         run_embedding<T>(s, d, arrays);
       else
         run_criterion<T>(s, d, arrays);
+      if (std::isfinite(margin)) margins[std::string(dtype_name(d))] = margin;
     });
   }
+  if (!margins.empty()) manifest_params["parity_relu_margin"] = margins;
   for (const DumpArray& a : arrays)
     SEQBENCH_REQUIRE(a.bytes.size() == array_bytes(a),
                      "layers dump: array '" << a.name << "' was not filled");
@@ -388,7 +485,9 @@ void enable_layer_dump(ExperimentSpec& e) {
   // The parity instance is built and run on its own: preparing and running the timed experiment
   // first (as other families' dumps do) would cost a full-size forward and backward whose outputs
   // are not written.
-  e.dump_standalone = [params = e.params] { return run_parity(params); };
+  e.dump_standalone = [params = e.params](nlohmann::json& manifest_params) {
+    return run_parity(params, manifest_params);
+  };
 }
 
 }  // namespace seqbench::layer_experiments

@@ -80,17 +80,24 @@ INSTANCE = re.compile(r"^(f32|f16|bf16)\.(.+)$")
 
 
 class LayerBound:
-    """tests/layers' normwise bound: tol = roundings · (G·u_T + 3 (k + 2)·2^-24) (see the top)."""
+    """tests/layers' normwise bound: tol = roundings · (G·u_T + 3 (k + 2)·2^-24) (see the top).
+    relu_margin (the dump's params.parity_relu_margin of the instance, in units of its u_T) is only
+    described: how far the instance's fc1 pre-activations lie from ReLU's kink (ReLU flips, above)."""
 
-    def __init__(self, roundings, k_max):
+    def __init__(self, roundings, k_max, relu_margin_u=None):
         self.roundings, self.k_max = int(roundings), int(k_max)
+        self.relu_margin_u = relu_margin_u
 
     def tolerance(self, dtype):
         return self.roundings * (GAIN_ALLOWANCE * parity.UNIT_ROUNDOFF[dtype] + 3.0 * (self.k_max + 2) * FP32_U)
 
     def describe(self):
-        return (f"normwise max |seqbench - torch| <= tol·max |torch| + η, tol = n·(G·u + 3(k+2)·2^-24) with "
+        text = (f"normwise max |seqbench - torch| <= tol·max |torch| + η, tol = n·(G·u + 3(k+2)·2^-24) with "
                 f"n = {self.roundings}, G = {GAIN_ALLOWANCE:g}, k = {self.k_max} (suites/pytorch parity_layers.py)")
+        if self.relu_margin_u is not None:
+            text += (f"; fc1's ReLU pre-activations lie at least {self.relu_margin_u:.3g} u_T from 0, relative to "
+                     "their column (the dump's parity_relu_margin)")
+        return text
 
     def __eq__(self, other):
         return isinstance(other, LayerBound) and (self.roundings, self.k_max) == (other.roundings, other.k_max)
@@ -113,6 +120,15 @@ def transformer_bound(kind, backward, batch, seq_len, src_len, hidden, ffn):
     if kind == "decoder":
         dims += [batch * src_len, src_len]
     return LayerBound(backward_n if backward else forward, max(dims))
+
+
+def relu_margin_units(params, dtype):
+    """The dump's ReLU margin of the `dtype` instance (params.parity_relu_margin, suites/layers/dump.cu)
+    in units of u_T, or None where the dump recorded none (a dump from before it centred fc1's bias)."""
+    margins = params.get("parity_relu_margin")
+    if not isinstance(margins, dict) or not isinstance(margins.get(dtype), (int, float)):
+        return None
+    return float(margins[dtype]) / parity.UNIT_ROUNDOFF[dtype]
 
 
 def instances(arrays):
@@ -180,6 +196,7 @@ def transformer_outputs(torch, arrays, params, backward, kind):
         src_len = enc.shape[1] if enc is not None else x.shape[1]
         spec = transformer_parity_spec(kind, params, dtype, tuple(x.shape), src_len)
         bound = transformer_bound(kind, backward, spec.batch, spec.seq_len, spec.src_len, spec.hidden, spec.ffn)
+        bound.relu_margin_u = relu_margin_units(params, dtype)
         with _Fp32Math(torch):
             module = TransformerLayer(spec).to(device=x.device, dtype=torch.float32).eval()
             with torch.no_grad():
@@ -192,7 +209,7 @@ def transformer_outputs(torch, arrays, params, backward, kind):
             if enc is not None:
                 args.append(enc.float().detach().requires_grad_(backward))
             y = module(*args)
-            out[f"{dtype}.y"] = (y.detach(), LayerBound(ROUNDINGS[kind][0], bound.k_max))
+            out[f"{dtype}.y"] = (y.detach(), LayerBound(ROUNDINGS[kind][0], bound.k_max, bound.relu_margin_u))
             if backward:
                 wrt = args + [module.get_parameter(theirs) for _, theirs in PARAMETERS[kind]]
                 grads = torch.autograd.grad(y, wrt, group["dy"].float())

@@ -155,6 +155,18 @@ class Bound(unittest.TestCase):
         self.assertLess(b.tolerance("f16"), b.tolerance("bf16"))
         self.assertIn("n = 16", b.describe())
 
+    def test_relu_margin_is_described_not_used(self):
+        params = {"parity_relu_margin": {"f16": 2.0 ** -11 * 2.5, "f32": 1e-3}}
+        self.assertEqual(parity_layers.relu_margin_units(params, "f16"), 2.5)
+        self.assertEqual(parity_layers.relu_margin_units(params, "f32"), 1e-3 * 2.0 ** 24)
+        self.assertIsNone(parity_layers.relu_margin_units(params, "bf16"))
+        self.assertIsNone(parity_layers.relu_margin_units({}, "f16"))  # a dump from before the centring
+        b = parity_layers.LayerBound(16, 4096, 2.5)
+        self.assertEqual(b, parity_layers.LayerBound(16, 4096))
+        self.assertEqual(b.tolerance("f16"), parity_layers.LayerBound(16, 4096).tolerance("f16"))
+        self.assertIn("at least 2.5 u_T from 0", b.describe())
+        self.assertNotIn("u_T from 0", parity_layers.LayerBound(16, 4096).describe())
+
     def test_normwise_rule(self):
         b = parity_layers.LayerBound(16, 4096)
         tol = b.tolerance("f16")
