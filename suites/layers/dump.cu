@@ -236,9 +236,10 @@ std::vector<T> to_host(const T* device, std::size_t n) {
 }
 
 // Moves the fc1 bias in `block` off ReLU's kink (reference/relu_centering.h) and returns the margin.
-// The FFN's input x1 comes from an auxiliary forward of the same layer (forward(aux, y)) on a copy
-// of the parameters with fc2's weight and bias 0: in a pre-LN layer y = x1 + fc2(act(fc1(LN(x1))))
-// + b2 is then x1 exactly, the x1 of the real run (no sub-layer before the FFN reads fc2). The host
+// The FFN's input x1 comes from an auxiliary forward of the same layer (forward(y), on `block`'s
+// views) with fc2's weight and bias set to 0 for it and restored after: in a pre-LN layer
+// y = x1 + fc2(act(fc1(LN(x1)))) + b2 is then x1 exactly, the x1 of the real run (no sub-layer
+// before the FFN reads fc2). The host
 // forms LN_ffn(x1)·W1ᵀ in double and picks the biases; they are rounded to T as the layer stores
 // them. A post-LN layer's y = LN(x1 + ...) does not give x1 back: refused, naming the field.
 template <class T, class Forward>
@@ -252,12 +253,23 @@ double center_fc1_bias(const layers::LayerConfig& c, ParameterBlock<T>& block,
   const std::size_t gamma = tensor_index(shapes, "ffn_ln_gamma"), beta = tensor_index(shapes, "ffn_ln_beta");
   const std::size_t w1 = tensor_index(shapes, "fc1_weight"), b1 = tensor_index(shapes, "fc1_bias");
   const std::size_t w2 = tensor_index(shapes, "fc2_weight"), b2 = tensor_index(shapes, "fc2_bias");
-  ParameterBlock<T> aux(shapes, kParamSeed);
-  SEQBENCH_CUDA_CHECK(cudaMemset(aux.param(w2), 0, shapes[w2].elements() * sizeof(T)));  // +0 in every T
-  SEQBENCH_CUDA_CHECK(cudaMemset(aux.param(b2), 0, shapes[b2].elements() * sizeof(T)));
   DeviceBuffer<T> x1(rows * H);
-  forward(aux, x1);
-  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    DeviceBuffer<T> saved_w2(shapes[w2].elements()), saved_b2(shapes[b2].elements());
+    const auto swap_out = [&](std::size_t i, DeviceBuffer<T>& saved) {
+      SEQBENCH_CUDA_CHECK(
+          cudaMemcpy(saved.data(), block.param(i), saved.size() * sizeof(T), cudaMemcpyDeviceToDevice));
+      SEQBENCH_CUDA_CHECK(cudaMemset(block.param(i), 0, saved.size() * sizeof(T)));  // +0 in every T
+    };
+    swap_out(w2, saved_w2);
+    swap_out(b2, saved_b2);
+    forward(x1);
+    SEQBENCH_CUDA_CHECK(
+        cudaMemcpy(block.param(w2), saved_w2.data(), saved_w2.size() * sizeof(T), cudaMemcpyDeviceToDevice));
+    SEQBENCH_CUDA_CHECK(
+        cudaMemcpy(block.param(b2), saved_b2.data(), saved_b2.size() * sizeof(T), cudaMemcpyDeviceToDevice));
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   namespace cu = operators::check_util;
   const auto r = static_cast<ref::Index>(rows), h = static_cast<ref::Index>(H),
              f = static_cast<ref::Index>(F);
@@ -288,18 +300,14 @@ double run_encoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays)
   auto& [x, y, dy, dx] = a;
   double margin = INFINITY;
   if (c.activation == layers::Activation::relu)
-    margin = center_fc1_bias(c, block, shapes, a.x.size() / static_cast<std::size_t>(c.hidden),
-                             [&](ParameterBlock<T>& aux, DeviceBuffer<T>& out) {
-                               layers::EncoderLayerWeights aw;
-                               layers::EncoderLayerGrads ag;
-                               aux.bind(aw, ag, kEncoderTensors);
-                               layers::CudaAllocator cuda;
-                               layers::EncoderLayer layer(c, aw, ag, cuda);
-                               layer.forward(out.data(), a.x.data(), static_cast<std::size_t>(s.batch),
-                                             static_cast<std::size_t>(s.seq_len), nullptr, kDropoutSeed, 0,
-                                             nullptr);
-                               SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-                             });
+    margin = center_fc1_bias(
+        c, block, shapes, a.x.size() / static_cast<std::size_t>(c.hidden), [&](DeviceBuffer<T>& out) {
+          layers::CudaAllocator cuda;
+          layers::EncoderLayer layer(c, w, g, cuda);
+          layer.forward(out.data(), a.x.data(), static_cast<std::size_t>(s.batch),
+                        static_cast<std::size_t>(s.seq_len), nullptr, kDropoutSeed, 0, nullptr);
+          SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+        });
   {
     layers::CudaAllocator cuda;
     layers::EncoderLayer layer(c, w, g, cuda);
@@ -335,12 +343,9 @@ double run_decoder(const ParitySpec& s, DType d, std::vector<DumpArray>& arrays)
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   double margin = INFINITY;
   if (c.activation == layers::Activation::relu)
-    margin = center_fc1_bias(c, block, shapes, b * l, [&](ParameterBlock<T>& aux, DeviceBuffer<T>& out) {
-      layers::DecoderLayerWeights aw;
-      layers::DecoderLayerGrads ag;
-      aux.bind(aw, ag, kDecoderTensors);
+    margin = center_fc1_bias(c, block, shapes, b * l, [&](DeviceBuffer<T>& out) {
       layers::CudaAllocator cuda;
-      layers::DecoderLayer layer(c, aw, ag, cuda);
+      layers::DecoderLayer layer(c, w, g, cuda);
       layer.forward(out.data(), a.x.data(), enc.data(), b, l, l, nullptr, nullptr, kDropoutSeed, 0, nullptr);
       SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
     });
