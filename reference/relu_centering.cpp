@@ -8,6 +8,18 @@
 #include "core/error.h"
 
 namespace seqbench::ref {
+namespace {
+
+// The distance from z to the nearest of the sorted values v (not empty).
+double nearest_distance(const std::vector<double>& v, double z) {
+  const auto above = std::lower_bound(v.begin(), v.end(), z);
+  double d = INFINITY;
+  if (above != v.end()) d = *above - z;
+  if (above != v.begin()) d = std::min(d, z - *(above - 1));
+  return d;
+}
+
+}  // namespace
 
 ReluBiasCentering center_relu_bias(const Matrix& fc1_input, const Matrix& fc1_weight,
                                    const std::function<double(double)>& round_bias) {
@@ -24,20 +36,31 @@ ReluBiasCentering center_relu_bias(const Matrix& fc1_input, const Matrix& fc1_we
     std::sort(v.begin(), v.end());
     double scale = 0.0;
     for (const double p : v) scale = std::max(scale, std::fabs(p));
-    double zero_at = v.front() - 1.0;  // one row: below it (the lone value stays positive)
+    // One row: the zero goes below it, so that the lone value stays positive.
+    double best_bias = round_bias(-(v.front() - 1.0));
+    double best_closest = nearest_distance(v, -best_bias);
     if (rows > 1) {
+      // Each gap of the middle half proposes its midpoint; the bias is scored after round_bias,
+      // since it is the rounded bias the layer adds. Where rounding is coarse (bf16: a relative
+      // 2^-9 of |b|) a narrow gap near 0 can beat a wide one far from it, whose rounded zero may
+      // land next to a value or outside the gap. A candidate must leave a value on each side.
       const std::size_t n = v.size(), first = (n - 1) / 4;
       const std::size_t last = std::max(first + 1, n - 1 - (n - 1) / 4);
-      std::size_t widest = first;
-      for (std::size_t i = first; i < last; ++i)
-        if (v[i + 1] - v[i] > v[widest + 1] - v[widest]) widest = i;
-      zero_at = 0.5 * (v[widest] + v[widest + 1]);
+      double best_score = -1.0;
+      for (std::size_t i = first; i < last; ++i) {
+        const double b = round_bias(-0.5 * (v[i] + v[i + 1]));
+        if (!(v.front() < -b && -b < v.back())) continue;
+        const double closest = nearest_distance(v, -b);
+        const double score = closest / (scale + std::fabs(b));
+        if (score > best_score) {
+          best_score = score;
+          best_bias = b;
+          best_closest = closest;
+        }
+      }
     }
-    const double b = round_bias(-zero_at);
-    out.bias(j) = b;
-    double closest = INFINITY;
-    for (const double p : v) closest = std::min(closest, std::fabs(p + b));
-    out.margin = std::min(out.margin, closest / (scale + std::fabs(b)));
+    out.bias(j) = best_bias;
+    out.margin = std::min(out.margin, best_closest / (scale + std::fabs(best_bias)));
   }
   return out;
 }

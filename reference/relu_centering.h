@@ -10,12 +10,15 @@
 // pre-activations within 4 u_T of 0, and the normwise error of d_fc1_weight against PyTorch came
 // to 0.77 of its rounding bound from such flips alone.
 //
-// What. For each column j of the products P = in·W1ᵀ ([rows, ffn]), the bias b_j puts 0 in the
-// middle of the widest gap between that column's sorted values, searched among the middle half so
-// that both signs stay (each column keeps rows on both sides: the per-element mask is still
-// exercised); b_j is then rounded as the layer stores it (round_bias). A single row keeps its lone
-// value positive. The margin is the smallest |P_rj + b_j| / (max_r |P_rj| + |b_j|) over all
-// columns: the relative distance from the kink that the comparison may rely on.
+// What. For each column j of the products P = in·W1ᵀ ([rows, ffn]), each gap between neighbouring
+// sorted values of that column, among the middle half (so that both signs stay: each column keeps
+// rows on both sides and the per-element mask is still exercised), proposes the bias that puts 0
+// at its middle, rounded as the layer stores it (round_bias); b_j is the proposal whose rounded
+// zero lies farthest from the column's values relative to its scale. Scoring after rounding
+// matters where rounding is coarse: a bf16 bias moves by up to 2^-9 of itself, more than most
+// gaps, so the widest gap is not always the best one. A single row keeps its lone value positive.
+// The margin is the smallest |P_rj + b_j| / (max_r |P_rj| + |b_j|) over all columns: the relative
+// distance from the kink that the comparison may rely on.
 //
 // Where the margin falls short of what a comparison needs (which grows with the rounding depth
 // before the FFN; tests/layers/layer_check.h relu_margin_needed), flips remain possible, only far

@@ -269,7 +269,8 @@ TEST(ReferenceGradcheck, ReportsMalformedProblemsAsFailures) {
 
 // The centered bias keeps every pre-activation at least `margin` (relative) from 0, with rows on
 // both sides of 0 in each column, on random data with near-ties planted at 0; the margin is what
-// the biases achieve (recomputed here), and a rounding that moves the bias is taken into account.
+// the biases achieve (recomputed here), and a rounding that moves the bias is taken into account
+// when the bias is chosen.
 TEST(ReferenceReluCentering, KeepsBothSignsAndReportsTheMarginAchieved) {
   std::uint64_t state = 12345;
   const auto uniform = [&] {  // a small LCG: enough for a shape test, and the same on every run
@@ -295,7 +296,7 @@ TEST(ReferenceReluCentering, KeepsBothSignsAndReportsTheMarginAchieved) {
         margin = std::min(margin, h.col(j).cwiseAbs().minCoeff() / scale);
         if (rows == 1) {
           EXPECT_GT(h(0, j), 0.0) << "a lone row stays active";
-        } else if (!round) {  // the unrounded zero lies strictly inside a gap: rows on both sides
+        } else {  // rounded or not, the zero lies strictly between the column's extremes
           EXPECT_GT(h.col(j).maxCoeff(), 0.0) << rows << " rows, column " << j;
           EXPECT_LT(h.col(j).minCoeff(), 0.0) << rows << " rows, column " << j;
         }
@@ -305,6 +306,17 @@ TEST(ReferenceReluCentering, KeepsBothSignsAndReportsTheMarginAchieved) {
         EXPECT_GT(c.margin, 0.0) << rows << " rows: no pre-activation at 0";
       }
     }
+  }
+  // Scored after rounding: with biases rounded to quarters, the widest middle gap (0.25, 0.55)
+  // proposes -0.4, stored as -0.5, whose zero lies 0.05 from 0.55; the gap (-0.1, 0.1) proposes 0,
+  // stored exactly, 0.1 from both neighbours. The bias is the second, the margin 0.1 / 3.
+  {
+    Matrix in(8, 1), w(1, 1);
+    in.col(0) << -3.0, -0.2, -0.1, 0.1, 0.25, 0.55, 0.6, 3.0;
+    w(0, 0) = 1.0;
+    const ReluBiasCentering c = center_relu_bias(in, w, [](double b) { return std::round(b * 4.0) / 4.0; });
+    EXPECT_EQ(c.bias(0), 0.0);
+    EXPECT_DOUBLE_EQ(c.margin, 0.1 / 3.0);
   }
   expect_error([] { center_relu_bias(Matrix(2, 3), Matrix(4, 5), [](double b) { return b; }); },
                "fc1_input has 3 columns, fc1_weight 5");
