@@ -53,3 +53,26 @@ def release_memory(torch):
         torch.cuda.empty_cache()
     except Exception as ex:
         raise CudaUnusable(f"torch.cuda.empty_cache() failed: {failure_reason(ex)}") from None
+
+
+def state_after_failed_capture(torch, stream_before):
+    """Why torch cannot go on after a CUDA graph capture raised, or None. When CUDA invalidates a
+    capture (a synchronizing or refused call inside it), torch.cuda.graph's __exit__ raises from
+    capture_end() before it ends the allocator's capture pool, the RNG generator's capture mode and
+    the stream context: the stream is put back here; the allocator and the generator are probed
+    (torch.cuda.empty_cache() asserts while a capture is still listed as underway, and a random draw
+    raises while the generator still thinks it is capturing). None: the failure was the work's own
+    (a Python error, a refused op before anything was captured) and the work may be timed directly."""
+    try:
+        torch.cuda.set_stream(stream_before)
+    except Exception as ex:
+        return f"the stream could not be restored: {failure_reason(ex)}"
+    probes = (("torch.cuda.synchronize()", lambda: torch.cuda.synchronize()),
+              ("torch.cuda.empty_cache()", lambda: torch.cuda.empty_cache()),
+              ("a random draw", lambda: torch.rand(1, device="cuda")))
+    for what, probe in probes:
+        try:
+            probe()
+        except Exception as ex:
+            return f"{what} failed: {failure_reason(ex)}"
+    return None

@@ -56,10 +56,12 @@ def measure_variant(torch, timer, plan, works):
     calls = len(works)
     if plan.cuda_graph:
         try:
-            replay, keep = graphed(torch, works)
+            replay, keep, note = graphed(torch, works)
             samples = timer.sample_ms(replay, calls)
             del keep
             return samples, True, note
+        except CudaUnusable:
+            raise
         except Exception as e:  # capture refused (a sync inside, an unsupported op): time it directly
             first = str(e).splitlines()[0] if str(e) else ""
             if isinstance(e, GraphIncomplete):
@@ -71,6 +73,8 @@ def measure_variant(torch, timer, plan, works):
 
 
 def raise_if_unusable(torch, ex):
+    if isinstance(ex, CudaUnusable):
+        raise ex
     broken = unusable(torch, ex)
     if broken:
         raise CudaUnusable(broken)

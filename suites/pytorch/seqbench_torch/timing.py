@@ -1,7 +1,10 @@
 """The GPU timer of the PyTorch runner: the same policy as suites/gpu_timer.cpp (policy.py), with
 torch's CUDA events, and CUDA graphs for single small ops. Needs torch and a device."""
+import ctypes
 import time
 
+from .cuda_state import CudaUnusable, state_after_failed_capture
+from .errors import failure_reason
 from .policy import TimerPolicy
 
 
@@ -75,10 +78,12 @@ def in_turn(works):
     return work
 
 
-def graphed(torch, fns, warmup=3):
+def graphed(torch, fns, warmup=3, driver=None):
     """`fns` (one work, or a list: one per copy of an experiment's inputs, called in order) captured
-    once into a CUDA graph; returns (replay, keep) where replay() enqueues the graph on the current
-    stream and `keep` holds the outputs of the capture (their memory is the graph's). Warm-up on a
+    once into a CUDA graph; returns (replay, keep, note) where replay() enqueues the graph on the
+    current stream (graph_launch: the graph alone; `note` says when it could not be), and `keep`
+    holds the outputs of the capture (their memory is the graph's). A capture that fails and leaves
+    torch unusable raises CudaUnusable (state_after_failed_capture). Warm-up on a
     side stream first, as torch.cuda.graphs requires (and so that torch.compile has compiled and
     autotuned before the capture), each copy max(1, warmup) times. A work whose kernels autograd
     places on a stream of its own (`capture_stream`: the stream its forward ran on, see
@@ -97,8 +102,19 @@ def graphed(torch, fns, warmup=3):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        keep = [fn() for fn in fns]
+    before = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph, stream=side):
+            keep = [fn() for fn in fns]
+    except Exception as ex:
+        # A capture that CUDA invalidated (a sync or a refused call inside) makes capture_end()
+        # raise inside torch.cuda.graph's __exit__, before torch has undone the capture's state;
+        # the caller's fallback (time the work directly) is sound only if torch still works.
+        broken = state_after_failed_capture(torch, before)
+        if broken:
+            raise CudaUnusable(f"CUDA graph capture failed ({failure_reason(ex)}) and left torch unusable: "
+                               f"{broken}") from ex
+        raise
     keep = keep[0] if len(keep) == 1 else keep
     torch.cuda.synchronize()
     # An output in the same memory as a warm-up call's is not the call's own (a view of an input,
@@ -106,7 +122,54 @@ def graphed(torch, fns, warmup=3):
     not_own = {storage_ptr(t) for t in floating_tensors(torch, warm)}
     check_replay_writes_outputs(torch, graph.replay, keep, not_own)
     del warm
-    return graph.replay, (graph, keep)
+    launch, note = graph_launch(torch, graph, driver)
+    return launch, (graph, keep), note
+
+
+def driver_graph_launch():
+    """The CUDA driver's cuGraphLaunch (libcuda, already loaded by torch's CUDA runtime), or None."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        launch = libcuda.cuGraphLaunch
+    except (OSError, AttributeError):
+        return None
+    launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    launch.restype = ctypes.c_int
+    return launch
+
+
+def graph_launch(torch, graph, driver=None):
+    """(launch, note): launch() enqueues the captured graph on the current stream and nothing else,
+    as seqbench's timer launches its graph exec. CUDAGraph.replay() is not that: for a graph that
+    draws random numbers (dropout) it first runs torch's RNG prologue, two small fill kernels (the
+    seed and offset the graph reads) on the same stream, which would fall between the events and
+    count against torch. So the instantiated graph (torch's raw_cuda_graph_exec) is launched
+    through the driver's cuGraphLaunch; every launch then reuses the seed and offset of one untimed
+    replay() made here first: the same work, the same mask. Where torch or the
+    driver cannot give that launch, replay() is timed and the note says so. `driver` stands in for
+    the driver's cuGraphLaunch (tests); None loads it."""
+    # One replay() first, untimed: it instantiates the graph where torch has not yet, and for a graph
+    # that draws random numbers its RNG prologue fills the seed and offset the graph reads, which the
+    # launches below then reuse.
+    graph.replay()
+    try:
+        exec_handle = int(graph.raw_cuda_graph_exec())
+    except Exception as ex:  # an older torch, or no instantiated graph
+        exec_handle, why = None, failure_reason(ex)
+    cu_graph_launch = None
+    if exec_handle is not None:
+        cu_graph_launch = driver if driver is not None else driver_graph_launch()
+        why = "the CUDA driver's cuGraphLaunch could not be loaded"
+    if exec_handle is None or cu_graph_launch is None:
+        return graph.replay, (f"timed with CUDAGraph.replay() ({why}): a graph that draws random numbers "
+                              f"includes torch's two RNG-prologue fills in each sample")
+
+    def launch():
+        rc = cu_graph_launch(exec_handle, torch.cuda.current_stream().cuda_stream)
+        if rc != 0:
+            raise RuntimeError(f"cuGraphLaunch failed: CUresult {rc}")
+
+    return launch, ""
 
 
 class GraphIncomplete(Exception):

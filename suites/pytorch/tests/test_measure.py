@@ -45,6 +45,10 @@ class MeasureExperiment(unittest.TestCase):
         self.modules = mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch"), "torch._dynamo": dynamo})
         self.modules.start()
         self.addCleanup(self.modules.stop)
+        # The driver's cuGraphLaunch: the stand-in's, which replays the graph without torch's prologue.
+        driver = mock.patch("seqbench_torch.timing.driver_graph_launch", return_value=self.torch.driver_launch)
+        driver.start()
+        self.addCleanup(driver.stop)
 
     def replay(self):
         # The capture's outputs are each copy's latest; a replay that writes them rewrites every one.
@@ -101,6 +105,12 @@ class MeasureExperiment(unittest.TestCase):
             self.assertNotIn("note", v)
             self.assertEqual(v["median_ms"], 2.0)  # 6 ms a replay of 3 calls
             self.assertEqual(v["calls_per_sample"], 3)
+        # Each variant's graph: two CUDAGraph.replay() (the check that it writes every output, then
+        # the one that sets torch's RNG state for the launches), then the timed samples as driver
+        # launches of the graph alone.
+        self.assertEqual(self.torch.replays, 4)
+        self.assertEqual(len(self.torch.launches), 2)  # FakeTimer: one sample a variant
+        self.assertTrue(all(g == FakeTorch.GRAPH_EXEC for g, _ in self.torch.launches))
         # Warm-ups (3 a copy), then the capture: each copy once, in order; the replays run nothing here.
         eager = [c for n, c in self.ran if n == EAGER]
         self.assertEqual(eager, [0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 1, 2])
@@ -160,6 +170,23 @@ class MeasureExperiment(unittest.TestCase):
         self.assertEqual(caught.exception.entry["baseline"], EAGER)
         self.assertEqual([f["variant"] for f in caught.exception.failures], [COMPILE])
 
+
+    def test_a_failed_capture_is_timed_directly_unless_it_left_torch_unusable(self):
+        self.replay_writes = True
+        self.torch.capture_error = RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        entry, failures, lines = self.measure(1, self.plan(graph=True))
+        self.assertEqual(failures, [])
+        for v in entry["variants"]:
+            self.assertFalse(v["cuda_graph"])
+            self.assertRegex(v["note"], r"^CUDA graph capture failed \(RuntimeError: CUDA error: operation not permitted")
+        self.torch.broken_probe = "rand"
+        with self.assertRaises(CudaUnusable) as caught:
+            self.measure(1, self.plan(graph=True))
+        self.assertRegex(caught.exception.reason, r"left torch unusable: a random draw failed")
+        # Nothing measured: the first variant failed with the reason, the second was not run.
+        self.assertIsNone(caught.exception.entry)
+        self.assertEqual([(f["variant"], f["reason"].split(":")[0]) for f in caught.exception.failures],
+                         [(EAGER, "failed"), (COMPILE, "not run")])
 
 if __name__ == "__main__":
     unittest.main()

@@ -6,9 +6,13 @@ import math
 import unittest
 
 from tests import support  # noqa: F401  (puts the runner on sys.path)
+from unittest import mock
+
+from seqbench_torch.cuda_state import CudaUnusable
 from seqbench_torch.families.common import forward_stream
 from seqbench_torch.policy import TimerPolicy
-from seqbench_torch.timing import GraphIncomplete, TorchTimer, check_replay_writes_outputs, graphed, in_turn
+from seqbench_torch.timing import (GraphIncomplete, TorchTimer, check_replay_writes_outputs, graph_launch, graphed,
+                                   in_turn)
 
 
 class FakeTensor:
@@ -57,6 +61,7 @@ class FakeTensor:
 class FakeStream:
     def __init__(self, name):
         self.name = name
+        self.cuda_stream = id(self)  # the raw handle graph launches are given
 
     def wait_stream(self, other):
         pass
@@ -71,12 +76,18 @@ class FakeTorch:
 
     Tensor = FakeTensor
 
+    GRAPH_EXEC = 0xC0DE  # the handle CUDAGraph.raw_cuda_graph_exec() gives
+
     def __init__(self, replay):
         fake = self
         self.current = FakeStream("default")
         self.made = 0
         self.captured_on = None
         self.replay = replay
+        self.replays = 0  # CUDAGraph.replay() calls (which would run torch's RNG prologue)
+        self.launches = []  # (graph exec, stream handle) of each driver launch
+        self.capture_error = None  # raised by torch.cuda.graph's __exit__ (CUDA invalidated the capture)
+        self.broken_probe = None  # the probe that fails after a failed capture: "empty_cache" or "rand"
 
         class Cuda:
             @staticmethod
@@ -92,6 +103,15 @@ class FakeTorch:
             def synchronize():
                 pass
 
+            @staticmethod
+            def set_stream(s):
+                fake.current = s
+
+            @staticmethod
+            def empty_cache():
+                if fake.broken_probe == "empty_cache":
+                    raise RuntimeError("captures_underway.empty() INTERNAL ASSERT FAILED")
+
             class stream:
                 def __init__(self, s):
                     self.s = s
@@ -104,7 +124,11 @@ class FakeTorch:
 
             class CUDAGraph:
                 def replay(self):
+                    fake.replays += 1
                     fake.replay()
+
+                def raw_cuda_graph_exec(self):
+                    return FakeTorch.GRAPH_EXEC
 
             class Event:
                 """Every event pair is 6 ms apart."""
@@ -130,9 +154,22 @@ class FakeTorch:
                     self.before, fake.current = fake.current, self.s
 
                 def __exit__(self, *exc):
+                    if fake.capture_error is not None:  # as capture_end() does: the stream stays
+                        raise fake.capture_error
                     fake.current = self.before
 
         self.cuda = Cuda
+
+    def driver_launch(self, graph_exec, stream):
+        """The driver's cuGraphLaunch: the graph alone, no RNG prologue; CUresult 0."""
+        self.launches.append((graph_exec, stream))
+        self.replay()
+        return 0
+
+    def rand(self, *shape, device=None):
+        if self.broken_probe == "rand":
+            raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
+        return FakeTensor([0.5] * shape[0])
 
     @staticmethod
     def isnan(t):
@@ -217,7 +254,7 @@ class CaptureStream(unittest.TestCase):
         if fn is not None:
             work.capture_stream = fn
         torch = FakeTorch(lambda: work())
-        replay, keep = graphed(torch, work, warmup=2)
+        replay, keep, note = graphed(torch, work, warmup=2, driver=torch.driver_launch)
         replay()
         return torch, calls
 
@@ -230,6 +267,83 @@ class CaptureStream(unittest.TestCase):
         torch, calls = self.run_graphed(None)
         self.assertEqual(torch.captured_on, "side1")
         self.assertEqual(calls[:3], ["side1"] * 3)
+
+
+class GraphLaunch(unittest.TestCase):
+    """What is timed is the graph alone (the driver's cuGraphLaunch of torch's graph exec, on the
+    current stream), not CUDAGraph.replay(), whose RNG prologue enqueues two fills before the graph."""
+
+    def setUp(self):
+        self.out = FakeTensor([0.0])
+        self.torch = FakeTorch(lambda: self.out.fill_(1.0))
+
+    def work(self):
+        self.out.values = [1.0]
+        return self.out
+
+    def test_the_timed_launch_is_the_driver_launch_of_the_graph_exec_on_the_current_stream(self):
+        launch, keep, note = graphed(self.torch, self.work, warmup=1, driver=self.torch.driver_launch)
+        self.assertEqual(note, "")
+        self.assertEqual(self.torch.replays, 1)  # the output check's replay, which sets the RNG state
+        timer_stream = FakeStream("timer")
+        with self.torch.cuda.stream(timer_stream):
+            launch()
+            launch()
+        self.assertEqual(self.torch.replays, 1)
+        self.assertEqual(self.torch.launches, [(FakeTorch.GRAPH_EXEC, timer_stream.cuda_stream)] * 2)
+
+    def test_a_failed_launch_raises_with_the_driver_result(self):
+        launch, note = graph_launch(self.torch, self.torch.cuda.CUDAGraph(), driver=lambda g, s: 400)
+        with self.assertRaisesRegex(RuntimeError, "cuGraphLaunch failed: CUresult 400"):
+            launch()
+
+    def test_without_the_graph_exec_or_the_driver_replay_is_timed_and_the_note_says_so(self):
+        class OldGraph:  # a torch without raw_cuda_graph_exec
+            def replay(self):
+                pass
+
+        old = OldGraph()
+        launch, note = graph_launch(self.torch, old, driver=self.torch.driver_launch)
+        self.assertEqual(launch, old.replay)
+        self.assertRegex(note, r"^timed with CUDAGraph.replay\(\) \(AttributeError: .*raw_cuda_graph_exec.*RNG-prologue")
+        graph = self.torch.cuda.CUDAGraph()
+        with mock.patch("seqbench_torch.timing.driver_graph_launch", return_value=None):
+            launch, note = graph_launch(self.torch, graph)
+        self.assertEqual(launch, graph.replay)
+        self.assertIn("cuGraphLaunch could not be loaded", note)
+
+
+class FailedCapture(unittest.TestCase):
+    """A capture CUDA invalidated raises from torch.cuda.graph's __exit__ before torch has undone the
+    capture: the stream is restored, and the work is timed directly only if torch still works."""
+
+    def capture_fails(self, broken_probe):
+        out = FakeTensor([0.0])
+        torch = FakeTorch(lambda: None)
+        torch.capture_error = RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        torch.broken_probe = broken_probe
+
+        def work():
+            out.values = [1.0]
+            return out
+
+        before = torch.current
+        return torch, before, lambda: graphed(torch, work, warmup=1, driver=torch.driver_launch)
+
+    def test_a_failure_that_leaves_torch_working_is_raised_as_it_is_with_the_stream_restored(self):
+        torch, before, run = self.capture_fails(None)
+        with self.assertRaisesRegex(RuntimeError, "operation not permitted when stream is capturing"):
+            run()
+        self.assertIs(torch.current, before)
+
+    def test_an_allocator_or_generator_left_capturing_makes_the_context_unusable(self):
+        for probe, says in (("empty_cache", r"torch.cuda.empty_cache\(\) failed: RuntimeError: captures_underway"),
+                            ("rand", r"a random draw failed: RuntimeError: Offset increment outside graph capture")):
+            torch, before, run = self.capture_fails(probe)
+            with self.assertRaisesRegex(CudaUnusable, r"^CUDA graph capture failed \(RuntimeError: CUDA error: "
+                                                      r"operation not permitted.*\) and left torch unusable: " + says):
+                run()
+            self.assertIs(torch.current, before)
 
 
 class Copies(unittest.TestCase):
@@ -258,7 +372,7 @@ class Copies(unittest.TestCase):
             for i, o in enumerate(outs):
                 o.values = [float(i)]
 
-        replay_fn, (graph, keep) = graphed(FakeTorch(replay), works, warmup=2)
+        replay_fn, (graph, keep), note = graphed(FakeTorch(replay), works, warmup=2, driver=lambda g, s: 0)
         self.assertEqual(calls, [0, 0, 1, 1, 2, 2, 0, 1, 2])  # warm-ups per copy, then the capture
         self.assertEqual(len(keep), 3)
 
