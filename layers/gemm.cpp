@@ -12,6 +12,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "layers/gemm_heuristic.h"
 
 namespace seqbench::layers {
 
@@ -279,6 +280,7 @@ struct Plan {
   cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_d = nullptr;  // cuBLASLt's A, B, C=D
   cublasLtMatmulAlgo_t algo{};
   std::size_t workspace_bytes = 0;
+  std::string refusal;  // non-empty: cuBLASLt has no algorithm for the problem, and why
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -312,9 +314,9 @@ struct Gemm::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // null: no algorithm
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // never null; Plan::refusal: no algorithm
 
-  const Plan* find_or_make(const GemmProblem& p, DType dtype);
+  const Plan& find_or_make(const GemmProblem& p, DType dtype);
 
   std::unique_ptr<Plan> make_plan(const GemmProblem& p, DType dtype) const {
     auto plan = std::make_unique<Plan>();
@@ -356,7 +358,7 @@ struct Gemm::Impl {
                         align_b = alignment_of(p.a, p.stride_a, s),
                         align_c = alignment_of(p.c != nullptr ? p.c : p.d, p.stride_c, s),
                         align_d = alignment_of(p.d, p.stride_c, s);
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
     int found = 0;
     cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes));
@@ -371,19 +373,23 @@ struct Gemm::Impl {
     }
     bool asked = false;  // whether `status` is the heuristic's answer
     if (status == CUBLAS_STATUS_SUCCESS) {
-      status = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b,
-                                              plan->layout_d, plan->layout_d, preference, 1, &result, &found);
+      status =
+          cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_d,
+                                         plan->layout_d, preference, kHeuristicResults, results, &found);
       asked = true;
     }
     cublasLtMatmulPreferenceDestroy(preference);
-    // No algorithm for this problem: the heuristic answers CUBLAS_STATUS_NOT_SUPPORTED (or success
-    // with none found). That is the null plan has_algorithm() reports and run() refuses, not an
-    // error here.
-    if (asked && (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)))
-      return nullptr;
-    SEQBENCH_CUBLAS_CHECK(status);
-    plan->algo = result.algo;
-    plan->workspace_bytes = result.workspaceSize;
+    // A preference that could not be set is an error; the heuristic's own answer may be a refusal
+    // (layers/gemm_heuristic.h): the plan is kept, so that has_algorithm() and run() answer from
+    // the cache and run()'s error can say why.
+    if (!asked) SEQBENCH_CUBLAS_CHECK(status);
+    const HeuristicChoice choice = choose_algorithm(status, results, found);
+    if (choice.index < 0) {
+      plan->refusal = choice.refusal;
+      return plan;
+    }
+    plan->algo = results[choice.index].algo;
+    plan->workspace_bytes = results[choice.index].workspaceSize;
     return plan;
   }
 };
@@ -403,17 +409,17 @@ Gemm::~Gemm() {
   if (impl_->handle != nullptr) cublasLtDestroy(impl_->handle);
 }
 
-// The cached plan of a non-empty, validated problem, made on first use; null when cuBLASLt has no
-// algorithm for it (also cached, so a fallback decision costs one heuristic query).
-const Plan* Gemm::Impl::find_or_make(const GemmProblem& p, DType dtype) {
+// The cached plan of a non-empty, validated problem, made on first use; a refused one when cuBLASLt
+// has no algorithm for it (also cached, so a fallback decision costs one heuristic query).
+const Plan& Gemm::Impl::find_or_make(const GemmProblem& p, DType dtype) {
   const PlanKey key = plan_key(p, dtype);
   auto it = plans.find(key);
   if (it == plans.end()) {
     it = plans.emplace(key, make_plan(p, dtype)).first;
-  } else if (it->second) {
+  } else if (it->second->refusal.empty()) {
     it->second->set_pointers(p);
   }
-  return it->second.get();
+  return *it->second;
 }
 
 void Gemm::run(const GemmProblem& p, DType dtype, cudaStream_t stream) {
@@ -426,12 +432,11 @@ void Gemm::run(const GemmProblem& p, DType dtype, cudaStream_t stream) {
     }
     return;
   }
-  const Plan* found = impl_->find_or_make(p, dtype);
-  SEQBENCH_REQUIRE(found != nullptr, "gemm: cuBLASLt has no algorithm for "
-                                         << describe_problem(p, dtype) << " with a workspace of "
-                                         << impl_->workspace_bytes
-                                         << " bytes (has_algorithm() tells in advance)");
-  const Plan& plan = *found;
+  const Plan& plan = impl_->find_or_make(p, dtype);
+  SEQBENCH_REQUIRE(plan.refusal.empty(), "gemm: cuBLASLt has no algorithm for "
+                                             << describe_problem(p, dtype) << " with a workspace of "
+                                             << impl_->workspace_bytes << " bytes: " << plan.refusal
+                                             << " (has_algorithm() tells in advance)");
   const void* c = p.c != nullptr ? p.c : p.d;
   SEQBENCH_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan.desc, &p.alpha, p.b, plan.layout_a, p.a,
                                        plan.layout_b, &p.beta, c, plan.layout_d, p.d, plan.layout_d,
@@ -441,7 +446,7 @@ void Gemm::run(const GemmProblem& p, DType dtype, cudaStream_t stream) {
 bool Gemm::has_algorithm(const GemmProblem& p, DType dtype) {
   validate_gemm(p, dtype);
   if (p.m == 0 || p.n == 0) return true;  // nothing for cuBLASLt to do
-  return impl_->find_or_make(p, dtype) != nullptr;
+  return impl_->find_or_make(p, dtype).refusal.empty();
 }
 
 std::size_t Gemm::plans() const {
@@ -450,7 +455,8 @@ std::size_t Gemm::plans() const {
 
 std::string Gemm::describe_plan(const GemmProblem& p, DType dtype) const {
   const auto it = impl_->plans.find(plan_key(p, dtype));
-  if (it == impl_->plans.end() || !it->second) return "";
+  if (it == impl_->plans.end()) return "";
+  if (!it->second->refusal.empty()) return "no algorithm: " + it->second->refusal;
   const cublasLtMatmulAlgo_t& algo = it->second->algo;
   std::ostringstream os;
   const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> fields[] = {

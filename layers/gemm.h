@@ -135,13 +135,15 @@ class Gemm {
 
   // Whether cuBLASLt has an algorithm for this problem (for its shapes, alignments, epilogue and
   // the workspace), so that a layer can fall back to a separate kernel where an epilogue is not
-  // available. Makes and caches the plan; validates like run(). Does not launch anything.
+  // available. Makes and caches the plan; validates like run(). Does not launch anything. Which
+  // heuristic answers count as "none" is layers/gemm_heuristic.h's rule.
   bool has_algorithm(const GemmProblem& problem, DType dtype);
 
   // Plans made so far (one per distinct problem): steady-state steps make none.
   std::size_t plans() const;
-  // The algorithm chosen for a problem, for reports: "algo=<id> tile=<id> stages=<id> ...", or
-  // empty if the problem has not run.
+  // The algorithm chosen for a problem, for reports: "algo=<id> tile=<id> stages=<id> ...";
+  // "no algorithm: <why>" when cuBLASLt has none (layers/gemm_heuristic.h); empty if the problem
+  // has not been planned.
   std::string describe_plan(const GemmProblem& problem, DType dtype) const;
 
  private:

@@ -1,10 +1,14 @@
 // layers/gemm on the CPU: validate_gemm's rules (each error names the value and the limit) and the
-// extents, with fake pointers: validation runs before any CUDA call.
+// extents, with fake pointers: validation runs before any CUDA call; and which of the heuristic's
+// answers mean "no algorithm" (gemm_heuristic.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
+#include "core/cuda_check.h"
 #include "layers/gemm.h"
+#include "layers/gemm_heuristic.h"
 #include "tests/common/expect_error.h"
 
 namespace seqbench::layers {
@@ -169,6 +173,39 @@ TEST(GemmExtents, FollowTheStoredShapes) {
 TEST(GemmEpilogueNames, AreStable) {
   EXPECT_EQ(gemm_epilogue_name(GemmEpilogue::dgelu_tanh_bgrad), "dgelu_tanh_bgrad");
   EXPECT_EQ(gemm_epilogue_name(GemmEpilogue::bgrad_a), "bgrad_a");
+}
+
+// cuBLASLt's ways of saying "none for this problem" are refusals that name the answer; the first
+// result whose state is success is taken; every other status is an error, never a silent "no
+// algorithm".
+TEST(GemmHeuristic, TakesTheFirstUsableResultAndNamesRefusals) {
+  cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
+  for (auto& r : results) r.state = CUBLAS_STATUS_SUCCESS;
+  EXPECT_EQ(choose_algorithm(CUBLAS_STATUS_SUCCESS, results, 1).index, 0);
+  EXPECT_EQ(choose_algorithm(CUBLAS_STATUS_SUCCESS, results, 3).index, 0);
+  results[0].state = CUBLAS_STATUS_NOT_SUPPORTED;
+  results[1].state = CUBLAS_STATUS_INVALID_VALUE;
+  EXPECT_EQ(choose_algorithm(CUBLAS_STATUS_SUCCESS, results, 3).index, 2);
+  // Only the results the heuristic returned are read: result 2 is usable but not among them.
+  const HeuristicChoice none_usable = choose_algorithm(CUBLAS_STATUS_SUCCESS, results, 2);
+  EXPECT_EQ(none_usable.index, -1);
+  EXPECT_NE(none_usable.refusal.find("none of the heuristic's 2 algorithms has state success (the first: "
+                                     "CUBLAS_STATUS_NOT_SUPPORTED)"),
+            std::string::npos)
+      << none_usable.refusal;
+  const HeuristicChoice empty = choose_algorithm(CUBLAS_STATUS_SUCCESS, results, 0);
+  EXPECT_EQ(empty.index, -1);
+  EXPECT_NE(empty.refusal.find("found no algorithm"), std::string::npos) << empty.refusal;
+  for (const cublasStatus_t refused : {CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_INVALID_VALUE}) {
+    const HeuristicChoice choice = choose_algorithm(refused, nullptr, 0);
+    EXPECT_EQ(choice.index, -1);
+    EXPECT_NE(choice.refusal.find(cublas_status_name(refused)), std::string::npos) << choice.refusal;
+  }
+  for (const cublasStatus_t failed :
+       {CUBLAS_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_ALLOC_FAILED, CUBLAS_STATUS_ARCH_MISMATCH,
+        CUBLAS_STATUS_INTERNAL_ERROR, CUBLAS_STATUS_EXECUTION_FAILED}) {
+    expect_error([&] { (void)choose_algorithm(failed, results, 1); }, cublas_status_name(failed));
+  }
 }
 
 }  // namespace
