@@ -77,7 +77,7 @@ std::vector<double> GpuTimer::sample_ms(const std::function<void(cudaStream_t)>&
       [&] {
         for (int r = 0; r < calls_per_sample; ++r) work(stream());
       },
-      calls_per_sample);
+      calls_per_sample, true);
 }
 
 void GpuTimer::GraphExecDeleter::operator()(cudaGraphExec_t exec) const {
@@ -182,16 +182,21 @@ TimedSamples GpuTimer::sample(const std::function<void(cudaStream_t)>& work, boo
   for (int i = 0; i < std::max(1, policy_.warmup_runs); ++i)
     SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
   stream_.synchronize();
-  return {collect([&] { SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream())); }, calls_per_sample),
-          true, ""};
+  return {
+      collect([&] { SEQBENCH_CUDA_CHECK(cudaGraphLaunch(exec.get(), stream())); }, calls_per_sample, false),
+      true, ""};
 }
 
-std::vector<double> GpuTimer::collect(const std::function<void()>& enqueue, int calls) {
+std::vector<double> GpuTimer::collect(const std::function<void()>& enqueue, int calls, bool host_counts) {
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(policy_.max_samples));
   const auto begin = std::chrono::steady_clock::now();
   for (int s = 0; s < policy_.max_samples; ++s) {
     flush_l2(static_cast<std::uint32_t>(s));
+    // Layers and optimizer steps are launched directly because their launches are part of what
+    // they cost. Without this wait the host would queue them while the flush (~35 us on an H100)
+    // still runs, and up to that much of their launch time would fall before the start event.
+    if (host_counts && policy_.flush_l2) stream_.synchronize();
     start_.record(stream());
     enqueue();
     stop_.record(stream());

@@ -9,7 +9,9 @@
 //      timed work);
 //   3. each sample is the time between two CUDA events recorded on the timer's stream around
 //      `calls_per_sample` calls of the work (1 unless the caller batches small kernels: see
-//      graph_calls_per_sample below), and is divided by that count;
+//      graph_calls_per_sample below), and is divided by that count; for directly launched work
+//      the host waits for the flush to finish before it records the start event, so that the
+//      host's launch costs are inside the pair rather than hidden behind the flush;
 //   4. sampling stops after `max_samples`, or once `min_samples` are in and `budget_seconds` of
 //      wall time have passed;
 //   5. on request (sample(work, true): the operator suite's single small ops, as suites/pytorch
@@ -58,12 +60,20 @@ struct TimerPolicy {
 // the same buffers would find them in L2 from the second call on. So a graphed experiment's sample
 // is N calls, each on its own copy of the inputs and outputs (the runner prepares the experiment N
 // times), after the usual L2 flush: every call reads cold data, as one call after a flush would.
-// N is the fewest calls whose minimal traffic reaches kGraphSampleBytes (about 20 us at an H100's
-// 3 TB/s copy rate), at most kMaxCallsPerSample (below 1 MiB a call the sample moves less, but
-// every call still reads cold data); 1 for an experiment moving that much or more, or
-// declaring no bytes. It depends only on the bytes, so `seqbench list --json` states it and the
-// PyTorch runner times torch's ops with the same N.
-inline constexpr double kGraphSampleBytes = 64.0 * 1024 * 1024;
+// N is the fewest calls whose minimal traffic reaches kGraphSampleBytes, at most
+// kMaxCallsPerSample (below 16 MiB a call the sample moves less, but every call still reads cold
+// data); 1 for an experiment moving that much or more, or declaring no bytes. It depends only on
+// the bytes, so `seqbench list --json` states it and the PyTorch runner times torch's ops with the
+// same N.
+// Why 1 GiB, about 0.35 ms at an H100's 3 TB/s: L2 is write-back, and the stop event fires once the
+// sample's stores have reached L2, not DRAM. Up to L2's size of the sample's last outputs (~50 MB
+// on an H100, about half of it dirty for a kernel that reads as much as it writes) is written back
+// only during the next sample's flush, outside the event pair. A sample of 64 MiB (this constant
+// before) could thus be credited ~25 MB of writes it never paid for: GB/s up to ~1.6x too high, and
+// more than 100 % of the copy rate. 1 GiB, the size of the copy that measures that rate
+// (measure_copy_gbps), bounds the unpaid part to the same few per cent on both sides of "% of copy
+// bandwidth".
+inline constexpr double kGraphSampleBytes = 1024.0 * 1024 * 1024;
 inline constexpr int kMaxCallsPerSample = 64;
 int graph_calls_per_sample(double minimal_bytes);
 
@@ -108,7 +118,10 @@ class GpuTimer {
   // could not capture them.
   GraphExec capture(const std::function<void(cudaStream_t)>& work, int calls, std::string& why);
   // Samples of `enqueue` (one sample's work on stream(): `calls` calls), each divided by `calls`.
-  std::vector<double> collect(const std::function<void()>& enqueue, int calls);
+  // `host_counts`: the host waits for the flush before it records the start event and enqueues,
+  // so that the host's launch costs of directly launched work fall inside the event pair (see
+  // collect in gpu_timer.cpp); false for a graph replay, whose one launch the flush may hide.
+  std::vector<double> collect(const std::function<void()>& enqueue, int calls, bool host_counts);
 
   TimerPolicy policy_;
   Stream stream_;

@@ -24,10 +24,12 @@ class TorchTimer:
             l2 = l2 if l2 > 0 else 64 << 20
             self.flush_buffer = torch.zeros((2 * l2 + 3) // 4, dtype=torch.int32, device="cuda")
 
-    def sample_ms(self, work, calls=1):
+    def sample_ms(self, work, calls=1, host_counts=True):
         """Milliseconds per call, one per sample: `work()` enqueues one sample's `calls` calls on the
         current stream (a graph replay of them, or each copy of an experiment called once), and each
-        sample is divided by `calls`."""
+        sample is divided by `calls`. `host_counts` (directly launched work): the host waits for the
+        flush before it records the start event, so that its launch costs fall inside the event pair
+        rather than behind the flush, as seqbench's timer does; False for a graph launch."""
         torch, policy = self.torch, self.policy
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
             raise ValueError(f"calls {calls!r} is not a positive integer")
@@ -46,6 +48,8 @@ class TorchTimer:
                 if self.flush_buffer is not None:
                     # A read of the whole buffer, outside the event pair, as the C++ timer does.
                     self.flush_buffer.sum()
+                    if host_counts:
+                        stream.synchronize()
                 self.start.record(stream)
                 work()
                 self.stop.record(stream)

@@ -20,9 +20,11 @@ class FakeTimer:
 
     def __init__(self):
         self.calls = []
+        self.host_counts = []  # graph launches: False (the flush may hide their one launch)
 
-    def sample_ms(self, work, calls=1):
+    def sample_ms(self, work, calls=1, host_counts=True):
         self.calls.append(calls)
+        self.host_counts.append(host_counts)
         work()
         return [6.0 / calls] * 3
 
@@ -100,6 +102,7 @@ class MeasureExperiment(unittest.TestCase):
         entry, failures, lines = self.measure(3, self.plan(graph=True))
         self.assertEqual(failures, [])
         self.assertEqual(self.timer.calls, [3, 3])
+        self.assertEqual(self.timer.host_counts, [False, False])
         for v in entry["variants"]:
             self.assertTrue(v["cuda_graph"])
             self.assertNotIn("note", v)
@@ -123,6 +126,7 @@ class MeasureExperiment(unittest.TestCase):
         eager = [c for n, c in self.ran if n == EAGER]
         self.assertEqual(eager, [0, 0, 0, 1, 1, 1, 0, 1, 0, 1])
         self.assertEqual(self.timer.calls, [2, 2])
+        self.assertEqual(self.timer.host_counts, [True, True])  # timed directly: launches count
         for v in entry["variants"]:
             self.assertFalse(v["cuda_graph"])
             self.assertRegex(v["note"], r"^CUDA graph refused \(a replay of the captured graph left outputs unwritten "

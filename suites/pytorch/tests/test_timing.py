@@ -418,5 +418,33 @@ class Copies(unittest.TestCase):
                 timer.sample_ms(lambda: None, bad)
 
 
+    def test_the_host_waits_for_the_flush_before_directly_launched_work_only(self):
+        torch = FakeTorch(lambda: None)
+        timer = TorchTimer(torch, TimerPolicy(warmup_runs=0, min_samples=2, max_samples=2, flush_l2=False))
+        order = []
+
+        class Flush:
+            def sum(self):
+                order.append("flush")
+
+        class Stream(FakeStream):
+            def synchronize(self):
+                order.append("wait")
+
+        class Start:
+            def record(self, stream=None):
+                order.append("start")
+
+            def elapsed_time(self, other):
+                return 6.0
+
+        timer.flush_buffer, timer.stream, timer.start = Flush(), Stream("timer"), Start()
+        timer.sample_ms(lambda: order.append("work"))
+        # After the warm-up's wait: flush, the host waits, then the event pair around the work.
+        self.assertEqual(order, ["wait"] + ["flush", "wait", "start", "work"] * 2)
+        order.clear()
+        timer.sample_ms(lambda: order.append("launch"), host_counts=False)  # a graph launch: no wait
+        self.assertEqual(order, ["wait"] + ["flush", "start", "launch"] * 2)
+
 if __name__ == "__main__":
     unittest.main()
