@@ -16,7 +16,10 @@ function(seqbench_add_test name)
   # RUN_SERIAL (ARG_RUN_SERIAL is TRUE or FALSE): a test that times the GPU runs alone, not beside
   # other tests' kernels (ctest -j).
   # PRE_TEST: discovery runs when ctest runs, so the build itself never executes test binaries.
+  # DISCOVERY_TIMEOUT: a binary whose --gtest_list_tests outlasts it stops the whole ctest run (0
+  # tests run); 5 s, the default, is tight for a binary loading the CUDA libraries on a busy machine.
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS ${ARG_LABEL} SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" RUN_SERIAL ${ARG_RUN_SERIAL})
 endfunction()
