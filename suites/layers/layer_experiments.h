@@ -47,6 +47,9 @@ struct LoopStats {
   std::uint64_t setup_allocations = 0;  // device allocations before the loop (construction)
   std::uint64_t loop_allocations = 0;   // device allocations during the loop
   std::uint64_t late_allocations = 0;   // ... during its second half
+  // Device memory taken during the loop's second half, as cudaMemGetInfo's free bytes saw it: what
+  // the counting allocator cannot see (cuBLASLt, CUB, CUDA's lazy module loading) included.
+  std::int64_t late_device_bytes = 0;
 };
 
 // The layers whose memory loop the suite checks, in check order: "encoder", "decoder",

@@ -95,6 +95,13 @@ std::string mib(std::size_t bytes) {
   return os.str();
 }
 
+std::string signed_mib(std::int64_t bytes) {
+  std::ostringstream os;
+  if (bytes < 0) os << '-';
+  os << mib(static_cast<std::size_t>(bytes < 0 ? -bytes : bytes));
+  return os.str();
+}
+
 }  // namespace
 
 std::vector<CheckResult> memory_loop_checks(const std::string& model, const std::string& layer, DType dtype,
@@ -117,7 +124,10 @@ std::vector<CheckResult> memory_loop_checks(const std::string& model, const std:
          << " device allocations at construction, " << managed.loop_allocations
          << " in the loop); baseline: peak allocated " << mib(eager.peak_bytes) << ", peak reserved "
          << mib(eager.peak_reserved_bytes) << " (" << eager.setup_allocations << " at construction, "
-         << eager.loop_allocations << " in the loop, " << eager.late_allocations << " in its second half)";
+         << eager.loop_allocations << " in the loop, " << eager.late_allocations << " in its second half)"
+         << "; device memory taken in the loop's second half (cudaMemGetInfo: every allocator, cuBLASLt's "
+            "and CUDA's lazy module loading included; not checked): managed "
+         << signed_mib(managed.late_device_bytes) << ", baseline " << signed_mib(eager.late_device_bytes);
 
   std::vector<CheckResult> out;
   CheckResult ratio;
@@ -149,6 +159,8 @@ std::vector<CheckResult> memory_loop_checks(const std::string& model, const std:
   steady.max_abs_err = static_cast<double>(managed.loop_allocations);
   steady.tolerance = 0.0;
   steady.detail = "device allocations of the managed layer during the loop (want 0); " + common.str();
+  steady.values = {{"managed_late_device_bytes", static_cast<double>(managed.late_device_bytes)},
+                   {"baseline_late_device_bytes", static_cast<double>(eager.late_device_bytes)}};
   out.push_back(steady);
   return out;
 }

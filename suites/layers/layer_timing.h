@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/check_result.h"
+#include "core/cuda_check.h"
 #include "core/device_buffer.h"
 #include "core/dtype.h"
 #include "layers/caching_allocator.h"
@@ -211,8 +212,12 @@ LoopStats run_memory_loop(const layers::LayerConfig& c, typename Pair::Data& dat
     st.setup_allocations = counter.stats().allocations;
     Stream stream;
     std::uint64_t half = 0;
+    std::size_t free_at_half = 0, free_at_end = 0, total = 0;
     for (std::size_t i = 0; i < shapes.size(); ++i) {
-      if (i == shapes.size() / 2) half = counter.stats().allocations;
+      if (i == shapes.size() / 2) {
+        half = counter.stats().allocations;
+        SEQBENCH_CUDA_CHECK(cudaMemGetInfo(&free_at_half, &total));
+      }
       const std::size_t B = static_cast<std::size_t>(shapes[i].first),
                         L = static_cast<std::size_t>(shapes[i].second);
       const std::uint64_t offset = i * Pair::dropout_offsets();
@@ -225,9 +230,11 @@ LoopStats run_memory_loop(const layers::LayerConfig& c, typename Pair::Data& dat
       }
     }
     stream.synchronize();
+    SEQBENCH_CUDA_CHECK(cudaMemGetInfo(&free_at_end, &total));
     const layers::AllocationStats s = counter.stats();
     st.loop_allocations = s.allocations - st.setup_allocations;
     st.late_allocations = s.allocations - half;
+    st.late_device_bytes = static_cast<std::int64_t>(free_at_half) - static_cast<std::int64_t>(free_at_end);
     st.peak_reserved_bytes = s.peak_live_bytes;
     st.peak_bytes = baseline ? cache.stats().peak_allocated_bytes : s.peak_live_bytes;
   }

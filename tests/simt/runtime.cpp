@@ -10,6 +10,7 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -260,6 +261,18 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   state().allocations[reinterpret_cast<std::uintptr_t>(p)] = bytes;
   *ptr = p;
   return cudaSuccess;
+}
+
+// An 80 GiB device (cudaGetDeviceProperties) less the live allocations.
+cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
+  if (entry() != cudaSuccess) return entry();
+  if (free == nullptr || total == nullptr)
+    return fail(cudaErrorInvalidValue, "simt: cudaMemGetInfo: null output");
+  std::size_t live = 0;
+  for (const auto& [pointer, bytes] : state().allocations) live += bytes;
+  *total = std::size_t{80} << 30;
+  *free = *total - std::min(live, *total);
+  return entry();
 }
 
 cudaError_t cudaFree(void* ptr) {

@@ -237,6 +237,7 @@ TEST(LayersSuite, MemoryLoopChecksFromStats) {
   eager.setup_allocations = 1;
   eager.loop_allocations = 40;
   eager.late_allocations = 3;
+  eager.late_device_bytes = 3 * static_cast<std::int64_t>(MiB);
   for (const std::string layer : {"encoder", "decoder"})
     for (const DType dtype : {DType::f16, DType::bf16}) {
       LoopStats managed;
@@ -260,6 +261,17 @@ TEST(LayersSuite, MemoryLoopChecksFromStats) {
                 std::string::npos)
           << r[1].detail;
       EXPECT_EQ(r[0].detail.find("Recompute::none"), std::string::npos) << r[0].detail;
+      // Device memory taken in the loop's second half (cudaMemGetInfo) is reported, not checked.
+      EXPECT_NE(r[1].detail.find("not checked): managed 0.0 MiB, baseline 3.0 MiB"), std::string::npos)
+          << r[1].detail;
+      const std::vector<std::pair<std::string, double>> device_bytes = {
+          {"managed_late_device_bytes", 0.0}, {"baseline_late_device_bytes", 3.0 * static_cast<double>(MiB)}};
+      EXPECT_EQ(r[1].values, device_bytes);
+      LoopStats returned = managed;  // memory given back in the second half: a negative amount
+      returned.late_device_bytes = -2 * static_cast<std::int64_t>(MiB);
+      EXPECT_NE(memory_loop_checks("transformer-big", layer, dtype, 3, 4096, 128, shapes, returned, eager)[1]
+                    .detail.find("managed -2.0 MiB"),
+                std::string::npos);
       // The keep-everything managed layer's peak is reported, not checked.
       LoopStats kept = managed;
       kept.peak_bytes = 900 * MiB;

@@ -54,6 +54,10 @@ void run_quick_suite(const std::string& name, bool gpu_family) {
     if (!c.passed)
       std::cout << "[ " << name << " ] check not passed (a target, reported): " << c.name << ": " << c.detail
                 << "\n";
+    // The numbers behind a verdict (e.g. the device memory a memory loop's second half took, as
+    // cudaMemGetInfo saw it), so that the test log has them.
+    for (const auto& [key, value] : c.values)
+      std::cout << "[ " << name << " ] " << c.name << ": " << key << " = " << value << "\n";
   }
   const nlohmann::json measured = testing::time_every_experiment_twice(suite);
   for (const nlohmann::json& e : measured)
