@@ -1,9 +1,11 @@
 // Attention softmax kernels: register paths (warp / block team), the multipass fallback, the
 // tuner, and the unfused eager-like baseline. Thread mappings are documented in kernels/softmax.h.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <type_traits>
+#include <vector>
 
 #include "core/byte_range.h"
 #include "core/cuda_check.h"
@@ -699,26 +701,60 @@ SoftmaxTuner::SoftmaxTuner(int repetitions) : repetitions_(repetitions) {
 
 namespace {
 
-// Times every candidate on the caller's stream: one warm-up launch, then `repetitions` launches
-// between two events. Returns the entry with the fastest as its choice.
+// Keeps the stream busy for `ns` nanoseconds of the global timer (one thread of one block): the
+// tuner enqueues a candidate's timed launches behind it, so that the GPU reaches them only once
+// they are all queued and the events around them measure the launches running back to back, not
+// the host's launch rate (at small shapes a softmax lasts about as long as a launch costs the
+// host, and every candidate would time alike).
+__global__ void tuner_hold_kernel(unsigned long long ns) {
+  unsigned long long start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (;;) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start >= ns) break;
+  }
+}
+
+// Rounds over all candidates: a candidate's time is the median of its rounds, so one disturbed
+// measurement does not decide the choice.
+constexpr int kTunerRounds = 3;
+// The hold before a round's timed launches: more than the host needs to enqueue them (a launch
+// with its argument checks costs the host a few microseconds).
+constexpr unsigned long long kTunerHoldBaseNs = 50'000, kTunerHoldPerLaunchNs = 20'000;
+
+// Times every candidate on the caller's stream: one warm-up launch each, then kTunerRounds rounds
+// in which each candidate's `repetitions` launches are queued behind a hold kernel and timed
+// between two events. Returns the entry with the fastest median as its choice.
 template <class Run>
 SoftmaxTuner::Entry tune(const std::vector<SoftmaxConfig>& candidates, const SoftmaxConfig& heuristic,
                          int repetitions, cudaStream_t stream, Run&& run) {
   SoftmaxTuner::Entry entry;
   entry.heuristic = heuristic;
   Event start, stop;
+  for (const SoftmaxConfig& c : candidates) run(c);
+  std::vector<std::vector<double>> rounds(candidates.size());
+  const unsigned long long hold_ns =
+      kTunerHoldBaseNs + kTunerHoldPerLaunchNs * static_cast<unsigned long long>(repetitions);
+  for (int round = 0; round < kTunerRounds; ++round) {
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      tuner_hold_kernel<<<1, 1, 0, stream>>>(hold_ns);
+      SEQBENCH_CUDA_CHECK_LAUNCH();
+      start.record(stream);
+      for (int r = 0; r < repetitions; ++r) run(candidates[i]);
+      stop.record(stream);
+      stop.synchronize();
+      rounds[i].push_back(static_cast<double>(stop.elapsed_ms_since(start)) / repetitions);
+    }
+  }
   double best = INFINITY;
-  for (const SoftmaxConfig& c : candidates) {
-    run(c);
-    start.record(stream);
-    for (int r = 0; r < repetitions; ++r) run(c);
-    stop.record(stream);
-    stop.synchronize();
-    const double ms = static_cast<double>(stop.elapsed_ms_since(start)) / repetitions;
-    entry.timings.push_back({c, ms});
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    std::sort(rounds[i].begin(), rounds[i].end());
+    const double ms = rounds[i][rounds[i].size() / 2];
+    entry.timings.push_back({candidates[i], ms});
     if (ms < best) {
       best = ms;
-      entry.choice = c;
+      entry.choice = candidates[i];
     }
   }
   return entry;

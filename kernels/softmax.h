@@ -117,9 +117,11 @@ void launch_softmax_backward(T* dx, const T* dy, const T* y, const SoftmaxShape&
 
 // --- the tuner --------------------------------------------------------------------------------
 // Picks, once per (dtype, direction, vectorized, k_len bucket), the fastest of
-// softmax_candidate_configs: each candidate is launched once to warm up, then `repetitions` times
-// between two CUDA events on the caller's stream, on the caller's tensors; the winner is cached and
-// every later call with the same key launches it directly. Tuning synchronizes on its events (once
+// softmax_candidate_configs: each candidate is launched once to warm up, then, in each of three
+// rounds, `repetitions` times between two CUDA events on the caller's stream, on the caller's
+// tensors, queued behind a short spin kernel so that the events time the GPU running them back to
+// back rather than the host's launch rate; a candidate's time is its median round. The winner is
+// cached and every later call with the same key launches it directly. Tuning synchronizes on its events (once
 // per key; not inside a CUDA graph capture) and writes the output tensor many times, so it refuses
 // in-place calls. Thread-safe. to_json() dumps the cache with every candidate's time, for reports.
 class SoftmaxTuner {
