@@ -17,6 +17,7 @@
 #include "kernels/packed.h"
 #include "kernels/reduce.cuh"
 #include "kernels/softmax.h"
+#include "kernels/spin_wait.cuh"
 
 namespace seqbench::kernels {
 namespace {
@@ -707,13 +708,7 @@ namespace {
 // the host's launch rate (at small shapes a softmax lasts about as long as a launch costs the
 // host, and every candidate would time alike).
 __global__ void tuner_hold_kernel(unsigned long long ns) {
-  unsigned long long start;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  for (;;) {
-    unsigned long long now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start >= ns) break;
-  }
+  spin_for_ns(ns);
 }
 
 // Rounds over all candidates: a candidate's time is the median of its rounds, so one disturbed

@@ -9,6 +9,7 @@
 
 #include "core/cuda_check.h"
 #include "core/device_buffer.h"
+#include "kernels/spin_wait.cuh"
 #include "suites/gpu_timer.h"
 #include "suites/l2_flush.h"
 #include "suites/sample_stats.h"
@@ -19,13 +20,7 @@ namespace {
 
 // Spins for `ns` nanoseconds of the global timer: a kernel whose true duration is known.
 __global__ void spin_kernel(unsigned long long ns) {
-  unsigned long long start;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  for (;;) {
-    unsigned long long now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start >= ns) break;
-  }
+  kernels::spin_for_ns(ns);
 }
 
 // A policy that takes between min_samples and max_samples samples within budget_seconds.
