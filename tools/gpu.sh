@@ -336,10 +336,12 @@ else
 fi
 checkpoint
 
-slug=$(timeout -k 5 "$(within 60)" "$bin" info --json 2>/dev/null | python3 -c 'import json,re,sys
+slug=
+[ -x "$bin" ] && slug=$(timeout -k 5 "$(within 60)" "$bin" info --json 2>/dev/null | python3 -c 'import json,re,sys
 d=json.load(sys.stdin)["device"]
 print(re.sub(r"[^a-z0-9]+","-",d["name"].lower()).strip("-") if d else "cpu")' 2>/dev/null)
-if [ "$slug" = cpu ] || [ -z "$slug" ]; then
+# (Not built: the build's step has said so, and run, dump and torch skip themselves.)
+if [ -x "$bin" ] && { [ "$slug" = cpu ] || [ -z "$slug" ]; }; then
   # No device, or no answer: run, dump and torch would write into reports/cpu (the committed CPU
   # folder) or reports/unknown-device, so they are left out.
   if [ "$slug" = cpu ]; then
@@ -444,9 +446,17 @@ elif [ ! -x "$bin" ]; then
   step "seqbench dump" "skipped (not built)"
 else
   rm -rf "$dump_dir"
-  if timeout -k "$kill_grace" "$(left)" "$bin" dump --quick "${torch_suites[@]}" --out "$dump_dir" \
-     >"$logs/dump.log" 2>&1; then
+  # With the torch stage to follow, the dump gets half of what is left: it must not starve the
+  # stage that reads it.
+  dump_limit=$(left)
+  [[ "$stages" == *" torch "* ]] && dump_limit=$((dump_limit / 2))
+  timeout -k "$kill_grace" "$dump_limit" "$bin" dump --quick "${torch_suites[@]}" --out "$dump_dir" \
+    >"$logs/dump.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
     step "seqbench dump" "ok ($(du -sh "$dump_dir" | cut -f1))"
+  elif timed_out "$rc"; then
+    step "seqbench dump" "TIMED OUT (its share of the call: $dump_limit s; dump.log in logs.tar)"
   else
     step "seqbench dump" "FAILED (see dump.log in logs.tar)"
   fi
@@ -491,7 +501,11 @@ if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
   timeout -k 5 "$(within 30)" "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
   pack_reports
 fi
-timeout -k 5 "$(within 30)" "$bin" info >"$logs/info.txt" 2>&1
+if [ -x "$bin" ]; then
+  timeout -k 5 "$(within 30)" "$bin" info >"$logs/info.txt" 2>&1
+else
+  echo "seqbench info: not built" >"$logs/info.txt"
+fi
 checkpoint
 
 echo
