@@ -322,6 +322,12 @@ def plan(experiment):
         build = lambda torch: _criterion_works(torch, spec, backward)  # noqa: E731
     note = ("autograd backward of one training forward (retain_graph), no CUDA graph" if backward else
             "training forward (dropout on, autograd records), no CUDA graph")
+    if kind == "criterion":
+        # Said in the report, since it moves more bytes than seqbench's criterion does (seqbench's
+        # baseline keeps the log-probabilities in the logits' dtype; its fused kernel reads them once
+        # and computes in fp32 registers): eager writes an fp32 copy of the logits, and its gradient
+        # comes back through that copy. torch.compile fuses the cast away.
+        note += "; logits upcast to fp32 before the loss (fairseq's and autocast's recipe)"
     return Plan((EAGER, COMPILE), False, build, note=note)
 
 

@@ -6,11 +6,18 @@ computes in fp16/bf16; there is no fp16 copy of the weights), and GradScaler uns
 gradients by the loss scale and skips the step on inf/NaN. So each variant steps fp32 tensors
 with the experiment's tensor list (`inputs.tensor_elements` of `seqbench list --json`), lr,
 betas or momentum, and loss scale:
-  torch_eager    foreach=True (PyTorch's default on CUDA): _amp_foreach_non_finite_check_and_unscale_,
-                 then optimizer.step();
-  torch_fused    fused=True: optimizer.step() with GradScaler's grad_scale / found_inf handed to the
-                 fused kernel (no separate unscale pass), as GradScaler.step does for it;
-  torch_compile  the foreach unscale, then torch.compile(optimizer.step) (PyTorch's "compiled optimizer").
+  torch_eager    foreach=True (PyTorch's default on CUDA): what GradScaler.step does for it,
+                 _amp_foreach_non_finite_check_and_unscale_, then found_inf.item() (the host sync
+                 with which GradScaler decides to skip the step), then optimizer.step();
+  torch_fused    fused=True: what GradScaler.step does for an optimizer that takes its scaling
+                 (_step_supports_amp_scaling): the inf/NaN check over the gradients first
+                 (_check_inf_per_device, the same foreach kernel with an inverse scale of 1, which
+                 reads and rewrites every gradient), then optimizer.step() with grad_scale and
+                 found_inf handed to the fused kernel, which unscales and skips on the device;
+  torch_compile  the foreach unscale and the sync, then torch.compile(optimizer.step) (PyTorch's
+                 "compiled optimizer").
+seqbench's own steps check for inf/NaN too (trainer/fused_optimizer.h's statistics pass), on the
+device, without a host sync.
 Bytes are the experiment's minimal bytes (fp16 params and grads, fp32 state): the work a step must
 do, so GB/s compares the same work across runners; PyTorch's fp32 parameters and gradients are
 its overhead, as the master copy is seqbench's.
@@ -68,17 +75,25 @@ def _step(torch, cls, sizes, lr, options, inv_scale, how):
     # step count in place (torch/optim/adam.py, _fused_adam), which a shape-[1] tensor cannot broadcast into.
     found_inf = torch.zeros((), device="cuda")
     inv = torch.full((), inv_scale, device="cuda")
+    grads = [t.grad for t in params]
     if how == "fused":
         opt = cls(params, lr=lr, fused=True, **options)
         opt.grad_scale = torch.full((), 1.0 / inv_scale, device="cuda")  # as GradScaler.step sets them
         opt.found_inf = found_inf
-        return opt.step
+        one = torch.full((), 1.0, device="cuda")
+
+        def fused_work():
+            # GradScaler._check_inf_per_device: the inf/NaN check, unscaling by 1.
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, one)
+            opt.step()
+
+        return fused_work
     opt = cls(params, lr=lr, foreach=True, **options)
-    grads = [t.grad for t in params]
     step = torch.compile(opt.step, fullgraph=False) if how == "compile" else opt.step
 
     def work():
         torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv)
-        step()
+        if not found_inf.item():  # GradScaler._maybe_opt_step: a host sync, then the step unless skipped
+            step()
 
     return work
