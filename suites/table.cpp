@@ -121,8 +121,14 @@ class TorchIndex {
       for (const json& experiment : report.at("experiments")) {
         experiments_.emplace(key(suite, device, experiment.at("name").get<std::string>()),
                              std::make_pair(&experiment, &report.at("meta")));
-        for (const json& variant : experiment.at("variants"))
+        for (const json& variant : experiment.at("variants")) {
           add_column(suite, variant.at("name").get<std::string>());
+          if (const auto n = variant.find("note"); n != variant.end() && n->is_string() && !n->empty()) {
+            auto& list = notes_[suite + '\n' + device];
+            if (std::find(list.begin(), list.end(), n->get<std::string>()) == list.end())
+              list.push_back(n->get<std::string>());
+          }
+        }
       }
     }
   }
@@ -138,6 +144,14 @@ class TorchIndex {
     if (const auto it = extra_.find(suite); it != extra_.end())
       out.insert(out.end(), it->second.begin(), it->second.end());
     return out;
+  }
+
+  // The distinct notes of the PyTorch variants measured for a suite on a device, in order of
+  // appearance: what the "vs torch" numbers compare against (the runner's recipe, such as the
+  // trainer's fp32 parameters, and how a variant was timed).
+  std::vector<std::string> notes(const std::string& suite, const std::string& device) const {
+    const auto it = notes_.find(suite + '\n' + device);
+    return it == notes_.end() ? std::vector<std::string>{} : it->second;
   }
 
   // Every column of every suite, for CSV's single header.
@@ -198,6 +212,7 @@ class TorchIndex {
 
   bool any_ = false;
   std::map<std::string, std::pair<const json*, const json*>> experiments_;  // (experiment, its meta)
+  std::map<std::string, std::vector<std::string>> notes_;                   // by suite and device
   std::map<std::string, std::vector<std::string>> extra_;
   std::vector<std::string> extra_order_;
 };
@@ -478,6 +493,8 @@ void md_check_values(std::string& out, const json& checks) {
   out += "\n";
 }
 
+constexpr std::size_t kTorchNotesShown = 8;
+
 void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   const json& meta = report.at("meta");
   out += "## " + md(report.at("suite").get<std::string>() + runner_note(meta)) + " — " +
@@ -517,6 +534,19 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   } else {
     out += "### Summary\n\n";
     for (const Family& family : families_of(report)) md_summary(out, report, torch, columns, family);
+    // Under the numbers, what they are against: the PyTorch variants' own notes (at most 8).
+    if (!columns.empty()) {
+      const std::vector<std::string> notes =
+          torch.notes(report.at("suite").get<std::string>(), device_name(meta));
+      if (!notes.empty()) {
+        out += "The PyTorch variants' notes:";
+        for (std::size_t i = 0; i < notes.size() && i < kTorchNotesShown; ++i)
+          out += (i == 0 ? " " : "; ") + md(notes[i]);
+        if (notes.size() > kTorchNotesShown)
+          out += " (and " + std::to_string(notes.size() - kTorchNotesShown) + " more in the PyTorch report)";
+        out += ".\n\n";
+      }
+    }
     out += "### Details\n\n";
   }
   bool mixed_timing = false;  // some "vs torch" cell compares two sides timed differently

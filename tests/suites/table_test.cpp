@@ -185,6 +185,32 @@ TEST(RenderTables, SummaryJoinsPytorchForTheBestVariant) {
   // clang-format on
 }
 
+// What the "vs torch" numbers are against: the PyTorch variants' distinct notes, once, under the
+// summary of the report they join (not under the PyTorch report's own, which has no such columns).
+TEST(RenderTables, SummarySaysWhatThePytorchVariantsNote) {
+  json torch = family_report();
+  torch["meta"]["runner"] = "pytorch";
+  json eager = variant("torch_eager", 0.04, 16e6, 0, 1);
+  eager["note"] = "fp32 params, grads and state (torch.amp)";
+  json compiled = variant("torch_compile", 0.03, 16e6, 0, 1);
+  compiled["note"] = "fp32 params, grads and state (torch.amp)";  // the same note: said once
+  json other = variant("torch_eager", 0.05, 16e6, 0, 1);
+  other["note"] = "CUDA graph refused (x); timed without";
+  torch["experiments"] = {
+      experiment("layernorm_fwd/f16/rows=4096,cols=1024", "torch_eager", {eager, compiled}),
+      experiment("layernorm_fwd/bf16/rows=4096,cols=1024", "torch_eager", {other})};
+  const std::string md = render_tables({family_report(), torch}, TableFormat::markdown);
+  const std::string line =
+      "The PyTorch variants' notes: fp32 params, grads and state (torch.amp); CUDA graph refused (x); timed "
+      "without.\n\n### Details";
+  EXPECT_TRUE(contains(md, line)) << md;
+  EXPECT_EQ(md.find(line), md.rfind(line)) << md;  // once: the PyTorch report's own tables do not repeat it
+  // Without notes, no line.
+  torch["experiments"] = {experiment("layernorm_fwd/f16/rows=4096,cols=1024", "torch_eager",
+                                     {variant("torch_eager", 0.04, 16e6, 0, 1)})};
+  EXPECT_FALSE(contains(render_tables({family_report(), torch}, TableFormat::markdown), "variants' notes"));
+}
+
 TEST(RenderTables, SummaryLeavesOutAFailedExperiment) {
   // The runner records a variant that threw as a failed check run/<suite>/<exp>/<variant> and
   // leaves the whole experiment out of the report: it is in no summary and no details.
