@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <numbers>
 #include <random>
 #include <sstream>
 #include <string>
@@ -231,7 +232,16 @@ std::string run_case(Gemm& gemm, const Case& c, std::mt19937_64& rng) {
           bound = std::fabs(slope) * bound + std::fabs(z) * 64 * kV * (std::fabs(pre) + 1.0);
         }
         bound += u * std::fabs(want) + e;
-        if (!check(at(got, id), want, bound, "d", id)) return fail.str();
+        if (!check(at(got, id), want, bound, "d", id)) {
+          // The activation's input, and how far an evaluation with tanh.approx.f32 (relative error
+          // 2^-10.987, PTX ISA) could be off there: the first GPU run tells which tanh cuBLASLt uses.
+          if (c.epilogue == GemmEpilogue::bias_gelu_tanh || c.epilogue == GemmEpilogue::bias_gelu_tanh_aux) {
+            const double u_tanh = std::sqrt(2.0 / std::numbers::pi) * (z + 0.044715 * z * z * z);
+            fail << " (GELU input z = " << z << "; a tanh.approx.f32 evaluation could be off by up to "
+                 << 0.5 * std::fabs(z) * std::fabs(std::tanh(u_tanh)) * std::exp2(-10.987) << ")";
+          }
+          return fail.str();
+        }
         if (c.epilogue == GemmEpilogue::dgelu_tanh_bgrad) {
           grad_sum[static_cast<std::size_t>(j)] += want;
           grad_bound[static_cast<std::size_t>(j)] += bound + u * std::fabs(want);
