@@ -24,6 +24,10 @@
 namespace simt::detail {
 namespace {
 
+// The emulated device's memory (an H100's 80 GiB): cudaGetDeviceProperties reports it, and
+// cudaMemGetInfo's free bytes are it less the live allocations.
+constexpr std::size_t kDeviceMemoryBytes = std::size_t{80} << 30;
+
 struct RuntimeState {
   cudaError_t last = cudaSuccess;
   cudaError_t sticky = cudaSuccess;
@@ -120,7 +124,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->major = 9;
   prop->minor = 0;
   prop->multiProcessorCount = 132;
-  prop->totalGlobalMem = std::size_t{80} << 30;
+  prop->totalGlobalMem = simt::detail::kDeviceMemoryBytes;
   prop->sharedMemPerBlock = 48 * 1024;
   prop->sharedMemPerBlockOptin = 227 * 1024;
   prop->sharedMemPerMultiprocessor = 228 * 1024;
@@ -263,14 +267,14 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   return cudaSuccess;
 }
 
-// An 80 GiB device (cudaGetDeviceProperties) less the live allocations.
+// simt::detail::kDeviceMemoryBytes less the live allocations.
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   if (entry() != cudaSuccess) return entry();
   if (free == nullptr || total == nullptr)
     return fail(cudaErrorInvalidValue, "simt: cudaMemGetInfo: null output");
   std::size_t live = 0;
   for (const auto& [pointer, bytes] : state().allocations) live += bytes;
-  *total = std::size_t{80} << 30;
+  *total = simt::detail::kDeviceMemoryBytes;
   *free = *total - std::min(live, *total);
   return entry();
 }
