@@ -16,7 +16,8 @@
 #   4. print a short summary last.
 # $OUT (or ./gpu-out) holds exactly three files, so that all of them come back from a lease (a call
 # returns at most 8 files, and which are dropped beyond that is unspecified): logs.tar (every log:
-# nvidia-smi.txt, configure/build/ctest/sanitizer/run/dump/pytorch logs, ptxas.md, info.txt, under
+# nvidia-smi.txt, clocks.csv (the clocks while the suites time), configure/build/ctest/sanitizer/run/
+# dump/pytorch logs, ptxas.md, info.txt, under
 # build/gpu-logs/ on the machine, and any report a run moved aside: reports/<device>/<name>.json.
 # {quick,full,unreadable}-<time>), reports.tar (reports/<device>/ without those) and summary.txt (the summary
 # printed last). All three are rewritten (temp file + rename) after every stage and every suite, so
@@ -283,6 +284,7 @@ if ! want sanitize; then
   step compute-sanitizer "$why"
 elif command -v compute-sanitizer >/dev/null 2>&1; then
   san_failed=()
+  san_refusal=
   san_skipped=0
   san_runs=0
   san_start=$SECONDS
@@ -317,8 +319,17 @@ print("\n".join(sorted(seen, key=rank)))' 2>/dev/null)
       ((san_limit > $(left))) && san_limit=$(left)
       # The drift study's 18000 device steps repeat fused_optimizer_test's kernels: left out here.
       timeout -k "$kill_grace" "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" \
-        --gtest_filter='-DriftStudyGpu.*' >>"$logs/sanitizer.log" 2>&1
+        --gtest_filter='-DriftStudyGpu.*' >"$logs/sanitizer-run.log" 2>&1
       rc=$?
+      cat "$logs/sanitizer-run.log" >>"$logs/sanitizer.log"
+      # Some machines' sanitizer refuses the device itself (seen on a gVisor H200: "Device not
+      # supported", then error 999 at the first allocation). Every later run would fail the same way
+      # and spend the budget, and "FAILED" would read as a finding: the stage stops and says so.
+      san_refusal=$(grep -i -m 1 'device not supported\|device is not supported' "$logs/sanitizer-run.log" | cut -c1-160)
+      if [ -n "$san_refusal" ]; then
+        san_refusal="$san_refusal; at run $san_runs, $tool $(basename "$test_bin")"
+        break 2
+      fi
       if timed_out "$rc"; then
         san_failed+=("$tool $(basename "$test_bin") timed out")
       elif [ "$rc" -ne 0 ]; then
@@ -326,8 +337,10 @@ print("\n".join(sorted(seen, key=rank)))' 2>/dev/null)
       fi
     done
   done
+  rm -f "$logs/sanitizer-run.log"  # each run's output is in sanitizer.log too
   san_status="ok ($san_runs runs)"
   [ "$san_runs" -eq 0 ] && san_status="NOTHING SANITIZED (no gpu test binary found in $build)"
+  [ -n "${san_refusal:-}" ] && san_status="NOT SUPPORTED here (compute-sanitizer: ${san_refusal}): stage stopped"
   [ ${#san_failed[@]} -gt 0 ] && san_status="FAILED: $(printf '%s; ' "${san_failed[@]}")"
   [ "$san_skipped" -gt 0 ] && san_status="$san_status (budget spent: $san_skipped run(s) not started)"
   step compute-sanitizer "$san_status"
@@ -352,6 +365,31 @@ if [ -x "$bin" ] && { [ "$slug" = cpu ] || [ -z "$slug" ]; }; then
   for no_device_stage in run dump torch; do stages=${stages/ $no_device_stage / }; done
 fi
 dir=reports/${slug:-unknown-device}
+# A trace of the clocks, power, temperature and clock-event (throttle) reasons every 500 ms while the
+# suites and the PyTorch baselines time (clocks.csv in logs.tar; one summary line, from
+# tools/clock_trace.py): a report's meta.clocks is a single reading, which cannot show a power cap
+# that came and went mid-suite. The field was renamed clocks_event_reasons (older drivers know
+# only clocks_throttle_reasons), so the first name nvidia-smi accepts is used.
+trace_pid=
+if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && command -v nvidia-smi >/dev/null 2>&1; then
+  for reasons_field in clocks_event_reasons.active clocks_throttle_reasons.active; do
+    trace_fields=index,timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons_field
+    if timeout -k 5 20 nvidia-smi --query-gpu="$trace_fields" --format=csv,noheader,nounits >/dev/null 2>&1; then
+      nvidia-smi --query-gpu="$trace_fields" --format=csv,noheader,nounits -lms 500 >"$logs/clocks.csv" 2>&1 &
+      trace_pid=$!
+      break
+    fi
+  done
+  [ -z "$trace_pid" ] && step clocks "no trace (nvidia-smi accepts neither clock-event field)"
+fi
+stop_clock_trace() {
+  [ -n "$trace_pid" ] || return 0
+  kill "$trace_pid" 2>/dev/null
+  wait "$trace_pid" 2>/dev/null
+  trace_pid=
+  step clocks "$(timeout -k 5 "$(within 30)" python3 tools/clock_trace.py "$logs/clocks.csv" 2>&1 | head -c 600)"
+}
+trap 'kill "$trace_pid" 2>/dev/null' EXIT
 if ! want run; then
   step "seqbench run" "$why"
 elif [ ! -x "$bin" ]; then
@@ -495,6 +533,7 @@ else
   fi
   pack_reports
 fi
+stop_clock_trace
 checkpoint
 if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then
