@@ -57,6 +57,19 @@
 // in [0, 1], tensor pointers non-null and aligned to their element type when N > 0, no output
 // overlapping an input or another output (no in-place), the unfused workspace as documented.
 // Non-finite logits give non-finite results (as in the reference), never a fault.
+//
+// Range (finite logits of large magnitude). The fused forward carries a row's max m as
+// m2 = fl(m·log2 e); its rounding r (up to half an ulp of m2) scales every term alike and cancels
+// in lse while 2^r stays finite and normal: for |m| < 2^31 / log2 e, about 1.49e9 (beyond fp16's
+// range; fp32 and bf16 reach it). Beyond that a row's lse, nll and loss come out +-inf or NaN
+// while the reference stays finite: loud, and the accumulator's test (tests/kernels/
+// online_lse_test.cpp) finds no finite lse outside the forward's bound there. The backward's
+// q_j = 2^(x_j·log2 e - fl(lse·log2 e)) has no such cancellation: its relative error grows as
+// about 2u·|lse|, u = 2^-24 (the rounding of lse·log2 e, and that of the fp32 lse the forward
+// stored, which LightSeq2's interface shares): 1e-5 at |lse| = 100, 0.4 % at 3e4, a factor of 3 at
+// 1e7. The tolerances of suites/operators/cross_entropy.cu carry it (u·|lse| and the measured lse
+// error in δq_j). Keeping the row max beside lse - max would remove it; logits that large mean a
+// diverged model.
 #pragma once
 
 #include <cuda_runtime_api.h>

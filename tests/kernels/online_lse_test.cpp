@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -123,6 +124,47 @@ TEST(OnlineLse, OnlyMaskedValuesGiveAnEmptySum) {
   EXPECT_EQ(st.s, 0.0f);
   EXPECT_EQ(st.m, -INFINITY);
   EXPECT_EQ(st.lse(), -INFINITY);
+}
+
+// The accumulator's range (kernels/cross_entropy.h, "Range"). m2 = fl(m·log2 e) is off from
+// m·log2 e by up to half its ulp, r; every term carries the same 2^r, which cancels in lse, so long
+// as 2^r and the sum stay finite and normal: |m2| < 2^31 gives |r| <= 64, i.e. |m| < 2^31 / log2 e
+// (about 1.4885e9). Beyond that r reaches +-128 and more: s overflows (lse +inf) or underflows
+// (lse -inf), or both (NaN). Such a row is loud, never finite and wrong: every lse this draws is
+// either within the forward's bound (u·(4|lse| + X + ...), here with n = 4, Z <= 2|m|) or not finite.
+TEST(OnlineLse, WithinTheRangeLseIsFiniteAndBeyondItNeverFiniteAndWrong) {
+  const double limit = 0x1p31 / static_cast<double>(kLog2e);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> log10_magnitude(3.0, 38.5);
+  int beyond = 0, beyond_not_finite = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const double draw = std::pow(10.0, log10_magnitude(rng));
+    const float m = static_cast<float>(std::min<double>(draw, std::numeric_limits<float>::max())) *
+                    (trial % 2 == 0 ? 1.0f : -1.0f);
+    // Two equal maxima, one value an ulp below, and one far below (a term that underflows to 0).
+    const float row[4] = {m, std::nextafter(m, -INFINITY), m, m < 0 ? 2.0f * m : -m};
+    double sum = 0.0;
+    for (const float x : row) sum += std::exp(static_cast<double>(x) - m);
+    const double want = m + std::log(sum);
+    OnlineLse st;
+    st.absorb(row);
+    const float got = st.lse();
+    const double bound = kU * (3 * 2.0 * std::fabs(m) + 6 * 2 + 4 + 16) +
+                         kU * (4 * std::fabs(want) + std::fabs(2.0 * m) + 2 * std::log(4.0));
+    if (std::fabs(m) < limit) {
+      ASSERT_TRUE(std::isfinite(got)) << "m = " << m << " (within the range): lse " << got;
+    } else {
+      ++beyond;
+      if (!std::isfinite(got)) {
+        ++beyond_not_finite;
+        continue;
+      }
+    }
+    EXPECT_NEAR(got, want, bound) << "m = " << m << ": finite but outside the forward's bound";
+  }
+  // The limit is real: beyond it most draws are not finite (not the odd one by chance).
+  EXPECT_GT(beyond, 1000);
+  EXPECT_GT(beyond_not_finite, beyond / 4) << beyond_not_finite << " of " << beyond;
 }
 
 }  // namespace
