@@ -16,10 +16,15 @@ a bit mask such as 0x0000000000000004. Fields nvidia-smi cannot read ("[N/A]", "
 and lines that are not samples (an error message) are left out of the figures and counted.
 
   tools/clock_trace.py clocks.csv        prints the line; exit 0, or 2 when the file cannot be read
+  tools/clock_trace.py --fields          prints the query's fields before <reasons> (gpu.sh asks,
+                                         so that the query and this parser cannot drift apart)
 """
 import csv
 import statistics
 import sys
+
+# What gpu.sh asks nvidia-smi for, in this order; the clock-event reasons field follows them.
+FIELDS = ["index", "timestamp", "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu"]
 
 # NVML's clocks event reasons (nvml.h, nvmlClocksEventReason*): the bits nvidia-smi prints.
 REASONS = [
@@ -58,16 +63,17 @@ def parse(lines):
     samples, skipped = [], 0
     for row in csv.reader(lines):
         row = [field.strip() for field in row]
-        if len(row) != 7 or number(row[0]) is None:
+        if len(row) != len(FIELDS) + 1 or number(row[0]) is None:
             skipped += int(any(row))
             continue
+        value = dict(zip(FIELDS + ["reasons"], row))
         try:
-            mask = int(row[6], 16)
-            reasons = reason_names(mask)
+            reasons = reason_names(int(value["reasons"], 16))
         except ValueError:
             reasons = None
-        samples.append({"gpu": row[0], "sm": number(row[2]), "mem": number(row[3]), "power": number(row[4]),
-                        "temp": number(row[5]), "reasons": reasons})
+        samples.append({"gpu": value["index"], "sm": number(value["clocks.sm"]), "mem": number(value["clocks.mem"]),
+                        "power": number(value["power.draw"]), "temp": number(value["temperature.gpu"]),
+                        "reasons": reasons})
     return samples, skipped
 
 
@@ -114,8 +120,11 @@ def summary(samples, skipped):
 
 def main(argv):
     if len(argv) != 2:
-        print("usage: clock_trace.py CLOCKS_CSV", file=sys.stderr)
+        print("usage: clock_trace.py CLOCKS_CSV | --fields", file=sys.stderr)
         return 2
+    if argv[1] == "--fields":
+        print(",".join(FIELDS))
+        return 0
     try:
         with open(argv[1], encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()

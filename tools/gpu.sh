@@ -373,7 +373,7 @@ dir=reports/${slug:-unknown-device}
 trace_pid=
 if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && command -v nvidia-smi >/dev/null 2>&1; then
   for reasons_field in clocks_event_reasons.active clocks_throttle_reasons.active; do
-    trace_fields=index,timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons_field
+    trace_fields=$(python3 tools/clock_trace.py --fields),$reasons_field
     if timeout -k 5 20 nvidia-smi --query-gpu="$trace_fields" --format=csv,noheader,nounits >/dev/null 2>&1; then
       nvidia-smi --query-gpu="$trace_fields" --format=csv,noheader,nounits -lms 500 >"$logs/clocks.csv" 2>&1 &
       trace_pid=$!
