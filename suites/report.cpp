@@ -744,4 +744,42 @@ json read_report(const fs::path& path) {
   return doc;
 }
 
+bool is_pytorch_report(const json& report) {
+  return report.at("meta").value("runner", std::string()) == kPytorchRunner;
+}
+
+std::string report_device_name(const json& meta) {
+  const json& device = meta.at("device");
+  return device.is_null() ? "no GPU" : device.at("name").get<std::string>();
+}
+
+std::string report_short_sha(const json& meta) {
+  const std::string sha = meta.at("git_sha").get<std::string>();
+  return (sha == "unknown" ? sha : sha.substr(0, 7)) + (meta.at("git_dirty").get<bool>() ? "-dirty" : "");
+}
+
+std::optional<bool> report_quick(const json& meta) {
+  if (const auto q = meta.find("quick"); q != meta.end() && q->is_boolean()) return q->get<bool>();
+  const auto parts = meta.find("parts");
+  if (parts == meta.end() || !parts->is_array() || parts->empty()) return std::nullopt;
+  std::optional<bool> all;
+  for (const json& part : *parts) {
+    const auto q = part.find("quick");
+    if (q == part.end() || !q->is_boolean() || (all && *all != q->get<bool>())) return std::nullopt;
+    all = q->get<bool>();
+  }
+  return all;
+}
+
+std::optional<bool> variant_quick(const json& meta, const json& variant) {
+  const auto parts = meta.find("parts");
+  if (variant.contains("part") && parts != meta.end() && parts->is_array())
+    for (const json& part : *parts)
+      if (part.value("id", json()) == variant.at("part")) {
+        const auto q = part.find("quick");
+        if (q != part.end() && q->is_boolean()) return q->get<bool>();
+      }
+  return report_quick(meta);
+}
+
 }  // namespace seqbench

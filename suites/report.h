@@ -70,6 +70,24 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& tex
 // string is written as U+FFFD rather than failing the whole run.
 void write_json_atomic(const std::filesystem::path& path, const nlohmann::json& doc);
 
+// --- reading reports ----------------------------------------------------------------------------
+// meta.runner of the reports that suites/pytorch/ writes (absent in seqbench's own).
+inline constexpr const char* kPytorchRunner = "pytorch";
+bool is_pytorch_report(const nlohmann::json& report);
+
+// meta.device.name, or "no GPU" for a run without one.
+std::string report_device_name(const nlohmann::json& meta);
+
+// The first 7 hex digits of meta.git_sha ("unknown" as it is), with "-dirty" for a dirty tree.
+std::string report_short_sha(const nlohmann::json& meta);
+
+// Whether a report's numbers are of --quick shapes: meta.quick where it says, else what every entry
+// of meta.parts says alike (suites/pytorch records it there); nullopt when unknown (older reports).
+std::optional<bool> report_quick(const nlohmann::json& meta);
+
+// A PyTorch variant's quick flag: its part's (meta.parts[id == variant.part]), else its report's.
+std::optional<bool> variant_quick(const nlohmann::json& meta, const nlohmann::json& variant);
+
 // Reads and validates a report. Throws seqbench::Error with a one-line message when the file is
 // missing ("report 'x.json' not found"), unreadable, not JSON (with the byte offset), or not a
 // valid seqbench.report/1 document (the first few problems).

@@ -52,23 +52,9 @@ Text number(const json& value, Format format) {
   return format(value.get<double>());
 }
 
-std::string short_sha(const json& meta) {
-  const std::string sha = meta.at("git_sha").get<std::string>();
-  return (sha == "unknown" ? sha : sha.substr(0, 7)) + (meta.at("git_dirty").get<bool>() ? "-dirty" : "");
-}
-
-std::string device_name(const json& meta) {
-  const json& device = meta.at("device");
-  return device.is_null() ? "no GPU" : device.at("name").get<std::string>();
-}
-
 // ---------------------------------------------------------------------------------------------
 // The PyTorch join
 // ---------------------------------------------------------------------------------------------
-
-bool is_pytorch(const json& report) {
-  return report.at("meta").value("runner", std::string()) == kPytorchRunner;
-}
 
 // "vs torch eager", "vs torch.compile"; any other torch variant "vs torch fused" and the like.
 std::string torch_label(const std::string& variant) {
@@ -80,33 +66,6 @@ std::string torch_label(const std::string& variant) {
   return label;
 }
 
-// Whether a report's numbers are of --quick shapes: meta.quick where it says, else what every entry
-// of meta.parts says alike (suites/pytorch records it there); nullopt when unknown (older reports).
-std::optional<bool> report_quick(const json& meta) {
-  if (const auto q = meta.find("quick"); q != meta.end() && q->is_boolean()) return q->get<bool>();
-  const auto parts = meta.find("parts");
-  if (parts == meta.end() || !parts->is_array() || parts->empty()) return std::nullopt;
-  std::optional<bool> all;
-  for (const json& part : *parts) {
-    const auto q = part.find("quick");
-    if (q == part.end() || !q->is_boolean() || (all && *all != q->get<bool>())) return std::nullopt;
-    all = q->get<bool>();
-  }
-  return all;
-}
-
-// A PyTorch variant's quick flag: its part's (meta.parts[id == variant.part]), else its report's.
-std::optional<bool> variant_quick(const json& meta, const json& variant) {
-  const auto parts = meta.find("parts");
-  if (variant.contains("part") && parts != meta.end() && parts->is_array())
-    for (const json& part : *parts)
-      if (part.value("id", json()) == variant.at("part")) {
-        const auto q = part.find("quick");
-        if (q != part.end() && q->is_boolean()) return q->get<bool>();
-      }
-  return report_quick(meta);
-}
-
 // The PyTorch reports, indexed by (suite, device, experiment name): an experiment is compared only
 // with PyTorch measured on the same device. A name measured twice keeps the first report's. Numbers
 // of --quick shapes are never paired with full ones (where both sides say which they are).
@@ -114,10 +73,10 @@ class TorchIndex {
  public:
   explicit TorchIndex(const std::vector<json>& reports) {
     for (const json& report : reports) {
-      if (!is_pytorch(report)) continue;
+      if (!is_pytorch_report(report)) continue;
       any_ = true;
       const std::string suite = report.at("suite").get<std::string>();
-      const std::string device = device_name(report.at("meta"));
+      const std::string device = report_device_name(report.at("meta"));
       for (const json& experiment : report.at("experiments")) {
         experiments_.emplace(key(suite, device, experiment.at("name").get<std::string>()),
                              std::make_pair(&experiment, &report.at("meta")));
@@ -172,9 +131,9 @@ class TorchIndex {
   std::vector<std::optional<Ratio>> speedups(const json& report, const json& experiment, const json& variant,
                                              const std::vector<std::string>& columns) const {
     std::vector<std::optional<Ratio>> out(columns.size());
-    if (is_pytorch(report)) return out;
+    if (is_pytorch_report(report)) return out;
     const auto it =
-        experiments_.find(key(report.at("suite").get<std::string>(), device_name(report.at("meta")),
+        experiments_.find(key(report.at("suite").get<std::string>(), report_device_name(report.at("meta")),
                               experiment.at("name").get<std::string>()));
     if (it == experiments_.end()) return out;
     const double mine = variant.at("median_ms").get<double>();
@@ -498,12 +457,13 @@ constexpr std::size_t kTorchNotesShown = 8;
 void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   const json& meta = report.at("meta");
   out += "## " + md(report.at("suite").get<std::string>() + runner_note(meta)) + " — " +
-         md(device_name(meta)) + " — " + md(short_sha(meta)) + " — " +
+         md(report_device_name(meta)) + " — " + md(report_short_sha(meta)) + " — " +
          md(meta.at("timestamp").get<std::string>()) + "\n\n";
   // A PyTorch report's own tables carry no torch columns: its speedup column is already relative to torch
   // eager.
-  const std::vector<std::string> columns =
-      is_pytorch(report) ? std::vector<std::string>{} : torch.columns(report.at("suite").get<std::string>());
+  const std::vector<std::string> columns = is_pytorch_report(report)
+                                               ? std::vector<std::string>{}
+                                               : torch.columns(report.at("suite").get<std::string>());
 
   if (const auto skipped = report.find("skipped"); skipped != report.end() && !skipped->empty()) {
     out += "Skipped:\n";
@@ -537,7 +497,7 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
     // Under the numbers, what they are against: the PyTorch variants' own notes (at most 8).
     if (!columns.empty()) {
       const std::vector<std::string> notes =
-          torch.notes(report.at("suite").get<std::string>(), device_name(meta));
+          torch.notes(report.at("suite").get<std::string>(), report_device_name(meta));
       if (!notes.empty()) {
         out += "The PyTorch variants' notes:";
         for (std::size_t i = 0; i < notes.size() && i < kTorchNotesShown; ++i)
@@ -637,7 +597,7 @@ void csv_row(std::string& out, const std::vector<std::string>& fields) {
 void csv_report(std::string& out, const json& report, const TorchIndex& torch,
                 const std::vector<std::string>& columns) {
   const std::string suite = csv(report.at("suite").get<std::string>());
-  const std::string device = csv(device_name(report.at("meta")));
+  const std::string device = csv(report_device_name(report.at("meta")));
   // With PyTorch reports in the input, every row says which runner measured it.
   const std::string runner = csv(report.at("meta").value("runner", std::string("seqbench")));
   for (const json& experiment : report.at("experiments")) {

@@ -34,7 +34,7 @@ namespace seqbench {
 
 enum class TableFormat { markdown, csv };
 
-// meta.runner of the reports that suites/pytorch/ writes. Given such reports next to seqbench's,
+// Given reports of suites/pytorch/ (meta.runner == kPytorchRunner, suites/report.h) next to seqbench's,
 // render_tables adds a column per PyTorch variant to every seqbench variant row: "vs torch eager",
 // "vs torch.compile" (always both, once any PyTorch report is given) and "vs torch <other>" for
 // other variants PyTorch measured in that suite (the trainer's "torch_fused"). Each cell is the
@@ -42,8 +42,6 @@ enum class TableFormat { markdown, csv };
 // device name and experiment name; "—" (empty in CSV) where PyTorch has no such experiment or
 // variant. CSV then also gets a "runner" column ("seqbench" or "pytorch") after "device". Without
 // PyTorch reports the tables are exactly as before.
-inline constexpr const char* kPytorchRunner = "pytorch";
-
 // "markdown" or "csv"; throws seqbench::Error naming the value and the accepted ones.
 TableFormat parse_table_format(std::string_view name);
 
