@@ -97,6 +97,7 @@ ExperimentSpec bias_act_dropout_experiment(std::int64_t rows, std::int64_t cols,
            kernels::activation_name(act) + "/rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols);
   e.params = {{"rows", rows},
               {"cols", cols},
+              {"elements", rows * cols},
               {"dtype", dtype},
               {"activation", kernels::activation_name(act)},
               {"p", std::round(kBenchP * 1e6) / 1e6},

@@ -76,6 +76,7 @@ ExperimentSpec bias_dropout_residual_experiment(std::int64_t rows, std::int64_t 
            "/rows=" + std::to_string(rows) + ",cols=" + std::to_string(cols);
   e.params = {{"rows", rows},
               {"cols", cols},
+              {"elements", rows * cols},
               {"dtype", dtype},
               {"p", std::round(kBenchP * 1e6) / 1e6},
               {"direction", backward ? "bwd" : "fwd"}};

@@ -130,6 +130,7 @@ ExperimentSpec cross_entropy_experiment(std::int64_t rows, std::int64_t vocab, b
               {"dtype", dtype},
               {"rows", rows},
               {"vocab", vocab},
+              {"elements", rows * vocab},
               {"convention", "fairseq"},
               {"smoothing", std::round(kBenchSmoothing * 1e6) / 1e6},
               {"ignore_index", kBenchPad},

@@ -185,6 +185,7 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
               {"batch", shape.batch},
               {"seq_len", kLen},
               {"hidden", hidden},
+              {"elements", tokens * hidden},
               {"vocab", vocab},
               {"dtype", dtype},
               {"positions", learned ? "learned/slot" : "sinusoidal/nonpad_count"},

@@ -69,6 +69,7 @@ ExperimentSpec layernorm_experiment(bool backward, std::int64_t tokens, int hidd
               {"dtype", dtype},
               {"tokens", tokens},
               {"hidden", hidden},
+              {"elements", tokens * hidden},
               {"eps", kBenchEps},
               {"stats", kernels::layernorm_stats_name(kernels::kDefaultLayerNormStats)},
               {"figure", "LightSeq2 Fig. 16"}};

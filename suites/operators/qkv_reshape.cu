@@ -143,6 +143,7 @@ ExperimentSpec qkv_reshape_experiment(Pass pass, std::int64_t tokens, std::int64
               {"heads", heads},
               {"head_dim", s.head_dim()},
               {"projections", s.projections},
+              {"elements", s.elements()},
               {"dtype", dtype},
               {"op", pass_name(pass)},
               {"direction", pass == Pass::split_bwd ? "bwd" : "fwd"}};

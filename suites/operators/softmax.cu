@@ -80,6 +80,7 @@ ExperimentSpec softmax_experiment(bool backward, std::int64_t batch, std::int64_
               {"heads", heads},
               {"q_len", q_len},
               {"k_len", len},
+              {"elements", shape.rows() * len},
               {"scale", kScale},
               {"mask", "none"},
               {"figure", "LightSeq2 Fig. 17"}};
