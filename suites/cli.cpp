@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <ostream>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "suites/report.h"
 #include "suites/runner.h"
 #include "suites/table.h"
+#include "suites/targets.h"
 
 namespace seqbench {
 namespace {
@@ -235,6 +237,25 @@ int cmd_table(const std::vector<std::string>& inputs, const std::string& format,
   return 0;
 }
 
+int cmd_targets(const std::vector<std::string>& inputs, const std::string& output, std::ostream& out) {
+  std::vector<nlohmann::json> reports;
+  for (const auto& path : inputs) reports.push_back(read_report(path));
+  const TargetsEvaluation evaluation = evaluate_targets(reports, inputs);
+  const std::string text = render_targets(evaluation);
+  if (output.empty()) {
+    out << text;
+  } else {
+    write_file_atomic(output, text);
+    std::map<std::string, int> counts;
+    for (const DeviceTargets& d : evaluation.devices)
+      for (const TargetResult& t : d.targets) ++counts[target_verdict_name(t.verdict)];
+    out << "targets: " << counts["met"] << " met, " << counts["missed"] << " missed, "
+        << counts["not measured"] << " not measured, over " << evaluation.devices.size()
+        << " device(s); written to " << output << "\n";
+  }
+  return targets_exit_code(evaluation);
+}
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -288,6 +309,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   table->add_option("--format", table_format, "md or csv");
   table->add_option("--output", table_output, "write to this file (atomically) instead of stdout");
 
+  std::vector<std::string> targets_inputs;
+  std::string targets_output;
+  auto* targets = app.add_subcommand(
+      "targets",
+      "the issues' acceptance targets judged from reports: exit 0 all met, 1 one missed, 3 not measured");
+  targets->add_option("reports", targets_inputs, "report files (seqbench's and PyTorch's)")->required();
+  targets->add_option("--output", targets_output,
+                      "write the Markdown to this file (atomically) instead of stdout");
+
   DumpOptions dump_options;
   std::string dump_out;
   auto* dump = app.add_subcommand(
@@ -338,6 +368,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return cmd_run(run_options, reports_dir, out);
     }
     if (*table) return cmd_table(table_inputs, table_format, table_output, out);
+    if (*targets) return cmd_targets(targets_inputs, targets_output, out);
     if (*dump) {
       dump_options.out_dir = dump_out;
       const DumpResult r = dump_experiments(dump_options, out);

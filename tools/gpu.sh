@@ -12,7 +12,8 @@
 #      checks) and --budget-seconds (what is left of the call less 30 s: it starts no experiment
 #      it cannot finish, and lists those "not started: time budget"; a SIGTERM from `timeout`
 #      still leaves every finished experiment in the report); then regenerate that folder's
-#      tables, which join both (the "vs torch" columns);
+#      tables, which join both (the "vs torch" columns), and TARGETS.md, the issues' targets judged
+#      from every report there (`seqbench targets`: met, missed or not measured, each with its cases);
 #   4. print a short summary last.
 # $OUT (or ./gpu-out) holds exactly three files, so that all of them come back from a lease (a call
 # returns at most 8 files, and which are dropped beyond that is unspecified): logs.tar (every log:
@@ -538,6 +539,14 @@ checkpoint
 if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then
   timeout -k 5 "$(within 30)" "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
+  # The issues' targets judged from every report in the folder (suites/targets.h). Its exit status
+  # (0 met, 1 missed, 3 not measured) is not a stage failure; an error prints no "targets:" line.
+  verdict=$(timeout -k 5 "$(within 30)" "$bin" targets "$dir"/*.json --output "$dir/TARGETS.md" 2>&1)
+  if [[ "$verdict" == "targets: "* ]]; then
+    step targets "${verdict#targets: }"
+  else
+    step targets "FAILED: $verdict"
+  fi
   pack_reports
 fi
 if [ -x "$bin" ]; then

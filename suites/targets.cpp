@@ -1,0 +1,514 @@
+#include "suites/targets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "core/error.h"
+#include "suites/layers/layer_experiments.h"
+#include "suites/report.h"
+
+namespace seqbench {
+namespace {
+
+using nlohmann::json;
+
+std::string fixed(double x, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, x);
+  return buffer;
+}
+
+std::string percent(double x) {
+  return fixed(x, 1) + " %";
+}
+std::string times(double x) {
+  return fixed(x, 2) + "×";
+}
+
+// The cases of one target as they are counted. `margin` says how far a case is from its limit on
+// the passing side (value / limit for "at least", limit / value for "at most"; below 1 is a miss),
+// so that the worst case is the one with the smallest margin: the furthest past the limit when one failed,
+// else the nearest to it.
+class Tally {
+ public:
+  Tally(int issue, std::string id, std::string statement) {
+    result_.issue = issue;
+    result_.id = std::move(id);
+    result_.statement = std::move(statement);
+  }
+
+  void add(bool passed, std::optional<double> margin, const std::string& text) {
+    ++result_.total;
+    if (passed) {
+      ++result_.passed;
+    } else {
+      result_.misses.push_back(text);
+    }
+    if (margin && *margin < worst_margin_) {
+      worst_margin_ = *margin;
+      result_.worst = text;
+    }
+  }
+
+  void gap(const std::string& text) {
+    if (std::find(result_.gaps.begin(), result_.gaps.end(), text) == result_.gaps.end())
+      result_.gaps.push_back(text);
+  }
+
+  TargetResult finish() {
+    if (!result_.misses.empty()) {
+      result_.verdict = TargetVerdict::missed;
+    } else if (result_.total == 0) {
+      if (result_.gaps.empty()) gap("no case to count");
+      result_.verdict = TargetVerdict::not_measured;
+    } else {
+      result_.verdict = result_.gaps.empty() ? TargetVerdict::met : TargetVerdict::not_measured;
+    }
+    return std::move(result_);
+  }
+
+ private:
+  TargetResult result_;
+  double worst_margin_ = std::numeric_limits<double>::infinity();
+};
+
+// The reports of one device, by suite.
+struct DeviceReports {
+  std::map<std::string, std::pair<const json*, std::string>> seqbench;  // suite -> (report, its name)
+  std::map<std::string, std::pair<const json*, std::string>> pytorch;
+};
+
+// What keeps a seqbench report from holding every experiment of its suite: experiments not run,
+// experiments that failed to run, only filtered runs. Empty when it is complete.
+std::vector<std::string> incompleteness(const json& report) {
+  std::vector<std::string> out;
+  const std::string suite = report.at("suite").get<std::string>();
+  if (const auto it = report.find("not_run"); it != report.end() && it->is_array() && !it->empty()) {
+    const json& first = it->front();
+    out.push_back(std::to_string(it->size()) + " " + suite +
+                  " experiment(s) not run (first: " + first.value("experiment", std::string("?")) + ": " +
+                  first.value("reason", std::string("?")) + ")");
+  }
+  std::int64_t failed = 0;
+  std::string first_failed;
+  const std::string run_prefix = "run/" + suite + "/";
+  for (const json& check : report.at("checks")) {
+    const std::string name = check.at("name").get<std::string>();
+    if (name.rfind(run_prefix, 0) == 0 && !check.at("passed").get<bool>()) {
+      if (failed++ == 0) first_failed = name;
+    }
+  }
+  if (failed > 0)
+    out.push_back(std::to_string(failed) + " " + suite +
+                  " experiment(s) failed to run (first: " + first_failed + ")");
+  const json& meta = report.at("meta");
+  bool unfiltered = true;
+  std::string filter;
+  if (const auto parts = meta.find("parts"); parts != meta.end() && parts->is_array() && !parts->empty()) {
+    unfiltered = false;
+    for (const json& part : *parts) {
+      const auto f = part.find("filter");
+      if (f == part.end() || !f->is_string()) unfiltered = true;
+      if (f != part.end() && f->is_string() && filter.empty()) filter = f->get<std::string>();
+    }
+  } else if (const auto f = meta.find("filter"); f != meta.end() && f->is_string()) {
+    unfiltered = false;
+    filter = f->get<std::string>();
+  }
+  if (!unfiltered)
+    out.push_back(suite + " holds filtered runs only (first filter `" + filter +
+                  "`): experiments outside the filter are unknown");
+  return out;
+}
+
+const json* variant_named(const json& experiment, const std::string& name) {
+  for (const json& v : experiment.at("variants"))
+    if (v.at("name").get<std::string>() == name) return &v;
+  return nullptr;
+}
+
+std::string case_name(const json& experiment, const std::string& variant) {
+  return experiment.at("name").get<std::string>() + " `" + variant + "`";
+}
+
+// Starts a target on one suite's report: a gap when it is absent, and its incompleteness.
+const json* begin(Tally& tally, const DeviceReports& reports, const std::string& suite) {
+  const auto it = reports.seqbench.find(suite);
+  if (it == reports.seqbench.end()) {
+    tally.gap("no " + suite + " report");
+    return nullptr;
+  }
+  for (const std::string& gap : incompleteness(*it->second.first)) tally.gap(gap);
+  return it->second.first;
+}
+
+// "At least `limit` percent of the copy bandwidth" for the given variants of the given experiments.
+template <class Select>
+void add_copy_cases(Tally& tally, const json& report, double limit, Select select) {
+  for (const json& experiment : report.at("experiments")) {
+    const std::string baseline = experiment.at("baseline").get<std::string>();
+    for (const json& variant : experiment.at("variants")) {
+      const std::string name = variant.at("name").get<std::string>();
+      if (!select(experiment, name, baseline)) continue;
+      const json& pct = variant.at("pct_copy_bw");
+      if (pct.is_null()) {
+        tally.gap(case_name(experiment, name) + " has no % of copy bandwidth (the copy was not measured)");
+        continue;
+      }
+      const double value = pct.get<double>();
+      tally.add(
+          value >= limit, value / limit,
+          case_name(experiment, name) + ": " + percent(value) + " of copy (limit " + percent(limit) + ")");
+    }
+  }
+}
+
+TargetResult operators_copy_bw(const DeviceReports& reports) {
+  Tally tally(3, "operators.copy_bw",
+              "every fused operator kernel reaches " + percent(kTargetOperatorCopyPct) +
+                  " of the measured copy bandwidth at 16M elements and above");
+  if (const json* report = begin(tally, reports, "operators")) {
+    std::int64_t without = 0;
+    for (const json& experiment : report->at("experiments")) {
+      const auto it = experiment.at("params").find("elements");
+      if (it == experiment.at("params").end() || !it->is_number()) ++without;
+    }
+    if (without > 0)
+      tally.gap(
+          std::to_string(without) +
+          " operators experiment(s) without params.elements (a report older than the key): not counted");
+    add_copy_cases(tally, *report, kTargetOperatorCopyPct,
+                   [](const json& experiment, const std::string& variant, const std::string& baseline) {
+                     const auto it = experiment.at("params").find("elements");
+                     return variant != baseline && it != experiment.at("params").end() && it->is_number() &&
+                            it->get<double>() >= kTargetLargeElements;
+                   });
+  }
+  return tally.finish();
+}
+
+// Every non-baseline variant of the selected experiments faster than the baseline (speedup > 1).
+template <class Select>
+void add_faster_cases(Tally& tally, const json& report, Select select) {
+  for (const json& experiment : report.at("experiments")) {
+    if (!select(experiment)) continue;
+    const std::string baseline = experiment.at("baseline").get<std::string>();
+    for (const json& variant : experiment.at("variants")) {
+      const std::string name = variant.at("name").get<std::string>();
+      if (name == baseline) continue;
+      const double speedup = variant.at("speedup").get<double>();
+      tally.add(
+          speedup > 1.0, speedup,
+          case_name(experiment, name) + ": " + times(speedup) + " over `" + baseline + "` (needs > 1×)");
+    }
+  }
+}
+
+TargetResult operators_faster(const DeviceReports& reports) {
+  Tally tally(3, "operators.faster",
+              "every fused operator kernel is faster than its unfused baseline at every size");
+  if (const json* report = begin(tally, reports, "operators"))
+    add_faster_cases(tally, *report, [](const json&) { return true; });
+  return tally.finish();
+}
+
+bool is_adam(const json& experiment) {
+  const auto it = experiment.at("params").find("optimizer");
+  return it != experiment.at("params").end() && it->is_string() && it->get<std::string>() == "adam";
+}
+
+TargetResult trainer_adam_copy_bw(const DeviceReports& reports) {
+  Tally tally(4, "trainer.adam_copy_bw",
+              "the fused Adam reaches " + percent(kTargetAdamCopyPct) +
+                  " of the measured copy bandwidth at 100M parameters and above");
+  if (const json* report = begin(tally, reports, "trainer")) {
+    for (const json& experiment : report->at("experiments"))
+      if (is_adam(experiment) && !variant_named(experiment, "fused"))
+        tally.gap(experiment.at("name").get<std::string>() + " has no `fused` variant");
+    add_copy_cases(tally, *report, kTargetAdamCopyPct,
+                   [](const json& experiment, const std::string& variant, const std::string&) {
+                     const auto it = experiment.at("params").find("parameters");
+                     return variant == "fused" && is_adam(experiment) &&
+                            it != experiment.at("params").end() && it->is_number() &&
+                            it->get<double>() >= kTargetLargeParameters;
+                   });
+  }
+  return tally.finish();
+}
+
+TargetResult trainer_adam_vs_per_tensor(const DeviceReports& reports) {
+  Tally tally(
+      4, "trainer.adam_vs_per_tensor",
+      "the fused Adam runs at least " + times(kTargetAdamSpeedup) + " faster than the per-tensor baseline");
+  if (const json* report = begin(tally, reports, "trainer")) {
+    for (const json& experiment : report->at("experiments")) {
+      if (!is_adam(experiment)) continue;
+      const std::string baseline = experiment.at("baseline").get<std::string>();
+      const json* fused = variant_named(experiment, "fused");
+      if (baseline != "per_tensor" || fused == nullptr) {
+        tally.gap(experiment.at("name").get<std::string>() +
+                  " has no `fused` against a `per_tensor` baseline");
+        continue;
+      }
+      const double speedup = fused->at("speedup").get<double>();
+      tally.add(speedup >= kTargetAdamSpeedup, speedup / kTargetAdamSpeedup,
+                case_name(experiment, "fused") + ": " + times(speedup) + " over `per_tensor` (limit " +
+                    times(kTargetAdamSpeedup) + ")");
+    }
+  }
+  return tally.finish();
+}
+
+TargetResult layers_faster(const DeviceReports& reports) {
+  Tally tally(5, "layers.faster",
+              "every layer is faster than its baseline in forward and in backward, at every length");
+  if (const json* report = begin(tally, reports, "layers"))
+    add_faster_cases(tally, *report,
+                     [](const json& experiment) { return experiment.at("params").contains("layer"); });
+  return tally.finish();
+}
+
+// The layers suite's memory checks ending in `suffix`: each expected one present and passed.
+// `describe` gives a check's margin (none where it has no meaningful one) and its words.
+template <class Describe>
+TargetResult layers_memory(const DeviceReports& reports, int issue, const std::string& id,
+                           const std::string& statement, const std::string& suffix, Describe describe) {
+  Tally tally(issue, id, statement);
+  if (const json* report = begin(tally, reports, "layers")) {
+    std::map<std::string, const json*> checks;
+    for (const json& check : report->at("checks")) {
+      const std::string name = check.at("name").get<std::string>();
+      checks.emplace(name, &check);
+      if (name.rfind("checks/layers/", 0) == 0 && !check.at("passed").get<bool>())
+        tally.gap(name + " failed: " + check.value("detail", std::string()));
+    }
+    std::int64_t absent = 0;
+    std::string first_absent;
+    for (const std::string& name : layer_experiments::memory_check_names()) {
+      if (name.size() < suffix.size() ||
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      const auto it = checks.find(name);
+      if (it == checks.end()) {
+        if (absent++ == 0) first_absent = name;
+        continue;
+      }
+      const auto [margin, words] = describe(*it->second);
+      tally.add(it->second->at("passed").get<bool>(), margin, name + ": " + words);
+    }
+    if (absent > 0)
+      tally.gap(std::to_string(absent) + " expected check(s) absent (first: " + first_absent + ")");
+  }
+  return tally.finish();
+}
+
+TargetResult layers_memory_ratio(const DeviceReports& reports) {
+  return layers_memory(
+      reports, 5, "layers.memory_ratio", "the managed peak memory is at most 0.7× the baseline's",
+      "peak_ratio", [](const json& check) -> std::pair<std::optional<double>, std::string> {
+        const json& ratio = check.at("max_rel_err");  // managed / baseline peak
+        const double limit = check.at("tolerance").is_null() ? 0.0 : check.at("tolerance").get<double>();
+        if (ratio.is_null()) return {std::nullopt, "ratio not finite (limit " + fixed(limit, 2) + ")"};
+        const double r = ratio.get<double>();
+        return {r > 0 ? std::optional<double>(limit / r) : std::nullopt,
+                "managed / baseline peak " + fixed(r, 3) + " (limit " + fixed(limit, 2) + ")"};
+      });
+}
+
+TargetResult layers_steady_allocations(const DeviceReports& reports) {
+  return layers_memory(reports, 5, "layers.steady_allocations",
+                       "no device allocations happen in steady-state steps", "steady_state_allocations",
+                       [](const json& check) -> std::pair<std::optional<double>, std::string> {
+                         const json& count = check.at("max_abs_err");
+                         // No margin for a count: the worst case shown is a failing one, if any.
+                         if (count.is_null()) return {0.0, "allocations in the loop: not finite (limit 0)"};
+                         const double n = count.get<double>();
+                         return {n > 0 ? std::optional<double>(0.0) : std::nullopt,
+                                 "allocations in the loop: " + fixed(n, 0) + " (limit 0)"};
+                       });
+}
+
+TargetResult pytorch_columns(const DeviceReports& reports) {
+  Tally tally(6, "pytorch.columns",
+              "the operator, trainer and layer tables show speedups against torch eager and torch.compile");
+  for (const std::string suite : {"operators", "trainer", "layers"}) {
+    const json* report = begin(tally, reports, suite);
+    if (report == nullptr) continue;
+    const auto torch_it = reports.pytorch.find(suite);
+    if (torch_it == reports.pytorch.end()) {
+      tally.gap("no PyTorch report of " + suite + " on this device");
+      continue;
+    }
+    const json& torch = *torch_it->second.first;
+    std::map<std::string, const json*> torch_experiments;
+    for (const json& experiment : torch.at("experiments"))
+      torch_experiments.emplace(experiment.at("name").get<std::string>(), &experiment);
+    std::map<std::string, std::string> torch_not_run;
+    if (const auto it = torch.find("not_run"); it != torch.end() && it->is_array())
+      for (const json& entry : *it)
+        torch_not_run.emplace(entry.value("experiment", std::string()), entry.value("reason", std::string()));
+    for (const json& experiment : report->at("experiments")) {
+      const std::string name = experiment.at("name").get<std::string>();
+      const auto found = torch_experiments.find(name);
+      if (found == torch_experiments.end()) {
+        if (const auto nr = torch_not_run.find(name); nr != torch_not_run.end()) {
+          tally.gap("PyTorch did not run " + suite + "/" + name + ": " + nr->second);
+        } else {
+          tally.add(false, std::nullopt, suite + "/" + name + ": no PyTorch experiment of that name");
+        }
+        continue;
+      }
+      std::string lacking;  // the columns PyTorch has no full-shape measurement for
+      for (const char* column : {"torch_eager", "torch_compile"}) {
+        const json* v = variant_named(*found->second, column);
+        if (v == nullptr || variant_quick(torch.at("meta"), *v).value_or(false))
+          lacking += (lacking.empty() ? "no " : " and no ") + std::string(column);
+      }
+      tally.add(
+          lacking.empty(), std::nullopt,
+          suite + "/" + name + ": " + (lacking.empty() ? "both measured" : lacking + " of full shapes"));
+    }
+  }
+  return tally.finish();
+}
+
+bool h100_or_h200(const std::string& device) {
+  return device.find("H100") != std::string::npos || device.find("H200") != std::string::npos;
+}
+
+std::string report_line(const json& report, const std::string& name) {
+  const json& meta = report.at("meta");
+  std::string line = name + ": " + (is_pytorch_report(report) ? "PyTorch " : "") +
+                     report.at("suite").get<std::string>() + ", git " + report_short_sha(meta) + ", " +
+                     meta.at("timestamp").get<std::string>();
+  const json& device = meta.at("device");
+  if (!device.is_null() && device.contains("copy_gbps") && device.at("copy_gbps").is_number())
+    line += ", copy " + fixed(device.at("copy_gbps").get<double>(), 0) + " GB/s";
+  return line;
+}
+
+// Markdown table cells hold no pipes or line breaks.
+std::string cell(std::string text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (c == '\n' || c == '\r') {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* target_verdict_name(TargetVerdict verdict) {
+  switch (verdict) {
+    case TargetVerdict::met:
+      return "met";
+    case TargetVerdict::missed:
+      return "missed";
+    case TargetVerdict::not_measured:
+      return "not measured";
+  }
+  return "?";
+}
+
+TargetsEvaluation evaluate_targets(const std::vector<json>& reports, const std::vector<std::string>& names) {
+  SEQBENCH_REQUIRE(names.size() == reports.size(),
+                   "evaluate_targets: " << names.size() << " names for " << reports.size() << " reports");
+  TargetsEvaluation evaluation;
+  std::vector<std::pair<std::string, DeviceReports>> devices;  // in order of first appearance
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    require_valid_report(reports[i], "report '" + names[i] + "'");
+    const json& meta = reports[i].at("meta");
+    if (meta.at("device").is_null()) {
+      evaluation.ignored.push_back(names[i] +
+                                   ": no GPU (meta.device is null): it measures nothing the targets count");
+      continue;
+    }
+    const bool pytorch = is_pytorch_report(reports[i]);
+    if (!pytorch && report_quick(meta).value_or(false)) {
+      evaluation.ignored.push_back(names[i] + ": a --quick run, whose shapes are not the issues'");
+      continue;
+    }
+    const std::string device = report_device_name(meta);
+    auto it = std::find_if(devices.begin(), devices.end(), [&](const auto& d) { return d.first == device; });
+    if (it == devices.end()) {
+      devices.emplace_back(device, DeviceReports{});
+      it = devices.end() - 1;
+    }
+    auto& by_suite = pytorch ? it->second.pytorch : it->second.seqbench;
+    const std::string suite = reports[i].at("suite").get<std::string>();
+    const auto [slot, inserted] = by_suite.emplace(suite, std::make_pair(&reports[i], names[i]));
+    SEQBENCH_REQUIRE(inserted, "two " << (pytorch ? "PyTorch " : "") << "reports of suite '" << suite
+                                      << "' on " << device << ": '" << slot->second.second << "' and '"
+                                      << names[i] << "'; give one");
+  }
+  for (const auto& [device, reps] : devices) {
+    DeviceTargets d;
+    d.device = device;
+    for (const auto* group : {&reps.seqbench, &reps.pytorch})
+      for (const auto& [suite, entry] : *group) d.reports.push_back(report_line(*entry.first, entry.second));
+    if (!h100_or_h200(device)) d.notes.push_back("the issues ask for an H100 or H200; this is " + device);
+    d.targets = {operators_copy_bw(reps),          operators_faster(reps), trainer_adam_copy_bw(reps),
+                 trainer_adam_vs_per_tensor(reps), layers_faster(reps),    layers_memory_ratio(reps),
+                 layers_steady_allocations(reps),  pytorch_columns(reps)};
+    evaluation.devices.push_back(std::move(d));
+  }
+  return evaluation;
+}
+
+std::string render_targets(const TargetsEvaluation& evaluation) {
+  std::ostringstream out;
+  out << "# Targets\n\n"
+      << "The acceptance targets of issues #3 to #6, read off the reports by `seqbench targets` "
+         "(suites/targets.h). `not measured` means nothing failed but something the target needs is "
+         "missing; the gaps say what.\n";
+  if (evaluation.devices.empty())
+    out << "\nNo report of a GPU run among the inputs: no target can be judged.\n";
+  for (const DeviceTargets& d : evaluation.devices) {
+    out << "\n## " << d.device << "\n\nReports:\n";
+    for (const std::string& line : d.reports) out << "- " << line << "\n";
+    for (const std::string& note : d.notes) out << "\nNote: " << note << "\n";
+    out << "\n| issue | target | verdict | cases met | worst case |\n|---|---|---|---|---|\n";
+    for (const TargetResult& t : d.targets) {
+      const std::string verdict = target_verdict_name(t.verdict);
+      out << "| #" << t.issue << " | " << cell(t.statement) << " (`" << t.id << "`) | "
+          << (t.verdict == TargetVerdict::met ? verdict : "**" + verdict + "**") << " | " << t.passed << " / "
+          << t.total << " | " << (t.worst.empty() ? "—" : cell(t.worst)) << " |\n";
+    }
+    for (const TargetResult& t : d.targets) {
+      if (t.misses.empty() && t.gaps.empty()) continue;
+      out << "\n### `" << t.id << "`\n\n";
+      for (const std::string& m : t.misses) out << "- missed: " << m << "\n";
+      for (const std::string& g : t.gaps) out << "- gap: " << g << "\n";
+    }
+  }
+  if (!evaluation.ignored.empty()) {
+    out << "\n## Reports left out\n\n";
+    for (const std::string& line : evaluation.ignored) out << "- " << line << "\n";
+  }
+  return out.str();
+}
+
+int targets_exit_code(const TargetsEvaluation& evaluation) {
+  if (evaluation.devices.empty()) return 3;
+  bool all_met = true;
+  for (const DeviceTargets& d : evaluation.devices)
+    for (const TargetResult& t : d.targets) {
+      if (t.verdict == TargetVerdict::missed) return 1;
+      all_met = all_met && t.verdict == TargetVerdict::met;
+    }
+  return all_met ? 0 : 3;
+}
+
+}  // namespace seqbench
