@@ -311,9 +311,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 
   std::vector<std::string> targets_inputs;
   std::string targets_output;
-  auto* targets = app.add_subcommand(
-      "targets",
-      "the issues' acceptance targets judged from reports: exit 0 all met, 1 one missed, 3 not measured");
+  auto* targets = app.add_subcommand("targets",
+                                     "the issues' acceptance targets judged from reports: exit 0 all met, 1 "
+                                     "one missed, 3 not measured, 2 bad input");
   targets->add_option("reports", targets_inputs, "report files (seqbench's and PyTorch's)")->required();
   targets->add_option("--output", targets_output,
                       "write the Markdown to this file (atomically) instead of stdout");
@@ -368,7 +368,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return cmd_run(run_options, reports_dir, out);
     }
     if (*table) return cmd_table(table_inputs, table_format, table_output, out);
-    if (*targets) return cmd_targets(targets_inputs, targets_output, out);
+    if (*targets) {
+      // Its exit status is the verdict (0 met, 1 missed, 3 not measured): bad input is a 2, as usage.
+      try {
+        return cmd_targets(targets_inputs, targets_output, out);
+      } catch (const Error& e) {
+        err << "seqbench: error: " << e.message() << "\n";
+        return kExitUsage;
+      }
+    }
     if (*dump) {
       dump_options.out_dir = dump_out;
       const DumpResult r = dump_experiments(dump_options, out);

@@ -775,7 +775,7 @@ std::optional<bool> variant_quick(const json& meta, const json& variant) {
   const auto parts = meta.find("parts");
   if (variant.contains("part") && parts != meta.end() && parts->is_array())
     for (const json& part : *parts)
-      if (part.value("id", json()) == variant.at("part")) {
+      if (part.is_object() && part.value("id", json()) == variant.at("part")) {
         const auto q = part.find("quick");
         if (q != part.end() && q->is_boolean()) return q->get<bool>();
       }

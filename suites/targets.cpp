@@ -7,11 +7,13 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
 #include "suites/layers/layer_experiments.h"
 #include "suites/report.h"
+#include "suites/suite_layers.h"
 
 namespace seqbench {
 namespace {
@@ -105,8 +107,8 @@ std::vector<std::string> incompleteness(const json& report) {
     }
   }
   if (failed > 0)
-    out.push_back(std::to_string(failed) + " " + suite +
-                  " experiment(s) failed to run (first: " + first_failed + ")");
+    out.push_back(std::to_string(failed) + " " + suite + " variant(s) failed to run (first: " + first_failed +
+                  ")");
   const json& meta = report.at("meta");
   bool unfiltered = true;
   std::string filter;
@@ -137,14 +139,40 @@ std::string case_name(const json& experiment, const std::string& variant) {
   return experiment.at("name").get<std::string>() + " `" + variant + "`";
 }
 
-// Starts a target on one suite's report: a gap when it is absent, and its incompleteness.
-const json* begin(Tally& tally, const DeviceReports& reports, const std::string& suite) {
+// The failed checks of a report other than its run/<suite>/... failures (incompleteness() counts
+// those) and the layers suite's memory checks (targets of their own): its correctness checks, and a
+// check family that threw (checks/<suite>/...). A speed measured on code whose checks fail is no
+// evidence that the target is met.
+std::string failed_checks(const json& report) {
+  const std::string run_prefix = "run/" + report.at("suite").get<std::string>() + "/";
+  const std::vector<std::string> memory = layer_experiments::memory_check_names();
+  std::int64_t failed = 0;
+  std::string first;
+  for (const json& check : report.at("checks")) {
+    const std::string name = check.at("name").get<std::string>();
+    if (check.at("passed").get<bool>() || name.rfind(run_prefix, 0) == 0 ||
+        std::find(memory.begin(), memory.end(), name) != memory.end())
+      continue;
+    if (failed++ == 0) first = name;
+  }
+  if (failed == 0) return "";
+  return std::to_string(failed) + " failed check(s) in " + report.at("suite").get<std::string>() +
+         " (first: " + first + "): its timings do not count while its checks fail";
+}
+
+// Starts a target on one suite's report: a gap when it is absent, its incompleteness, and (with
+// `correctness`) its failed checks.
+const json* begin(Tally& tally, const DeviceReports& reports, const std::string& suite,
+                  bool correctness = true) {
   const auto it = reports.seqbench.find(suite);
   if (it == reports.seqbench.end()) {
     tally.gap("no " + suite + " report");
     return nullptr;
   }
   for (const std::string& gap : incompleteness(*it->second.first)) tally.gap(gap);
+  if (correctness) {
+    if (const std::string failed = failed_checks(*it->second.first); !failed.empty()) tally.gap(failed);
+  }
   return it->second.first;
 }
 
@@ -275,19 +303,17 @@ TargetResult layers_faster(const DeviceReports& reports) {
 }
 
 // The layers suite's memory checks ending in `suffix`: each expected one present and passed.
-// `describe` gives a check's margin (none where it has no meaningful one) and its words.
+// `describe` gives whether a check's value is within the issue's limit (the check's own verdict
+// must agree: a report written with a looser tolerance does not pass), its margin (none where it
+// has no meaningful one) and its words.
 template <class Describe>
 TargetResult layers_memory(const DeviceReports& reports, int issue, const std::string& id,
                            const std::string& statement, const std::string& suffix, Describe describe) {
   Tally tally(issue, id, statement);
   if (const json* report = begin(tally, reports, "layers")) {
     std::map<std::string, const json*> checks;
-    for (const json& check : report->at("checks")) {
-      const std::string name = check.at("name").get<std::string>();
-      checks.emplace(name, &check);
-      if (name.rfind("checks/layers/", 0) == 0 && !check.at("passed").get<bool>())
-        tally.gap(name + " failed: " + check.value("detail", std::string()));
-    }
+    for (const json& check : report->at("checks"))
+      checks.emplace(check.at("name").get<std::string>(), &check);
     std::int64_t absent = 0;
     std::string first_absent;
     for (const std::string& name : layer_experiments::memory_check_names()) {
@@ -299,8 +325,8 @@ TargetResult layers_memory(const DeviceReports& reports, int issue, const std::s
         if (absent++ == 0) first_absent = name;
         continue;
       }
-      const auto [margin, words] = describe(*it->second);
-      tally.add(it->second->at("passed").get<bool>(), margin, name + ": " + words);
+      const auto [within, margin, words] = describe(*it->second);
+      tally.add(it->second->at("passed").get<bool>() && within, margin, name + ": " + words);
     }
     if (absent > 0)
       tally.gap(std::to_string(absent) + " expected check(s) absent (first: " + first_absent + ")");
@@ -311,34 +337,79 @@ TargetResult layers_memory(const DeviceReports& reports, int issue, const std::s
 TargetResult layers_memory_ratio(const DeviceReports& reports) {
   return layers_memory(
       reports, 5, "layers.memory_ratio", "the managed peak memory is at most 0.7× the baseline's",
-      "peak_ratio", [](const json& check) -> std::pair<std::optional<double>, std::string> {
+      "peak_ratio", [](const json& check) -> std::tuple<bool, std::optional<double>, std::string> {
         const json& ratio = check.at("max_rel_err");  // managed / baseline peak
-        const double limit = check.at("tolerance").is_null() ? 0.0 : check.at("tolerance").get<double>();
-        if (ratio.is_null()) return {std::nullopt, "ratio not finite (limit " + fixed(limit, 2) + ")"};
+        const std::string limit = " (limit " + fixed(kMemoryRatioTarget, 2) + ")";
+        if (ratio.is_null()) return {false, 0.0, "managed / baseline peak not finite" + limit};
         const double r = ratio.get<double>();
-        return {r > 0 ? std::optional<double>(limit / r) : std::nullopt,
-                "managed / baseline peak " + fixed(r, 3) + " (limit " + fixed(limit, 2) + ")"};
+        return {r <= kMemoryRatioTarget, r > 0 ? std::optional<double>(kMemoryRatioTarget / r) : std::nullopt,
+                "managed / baseline peak " + fixed(r, 3) + limit};
       });
 }
 
 TargetResult layers_steady_allocations(const DeviceReports& reports) {
   return layers_memory(reports, 5, "layers.steady_allocations",
                        "no device allocations happen in steady-state steps", "steady_state_allocations",
-                       [](const json& check) -> std::pair<std::optional<double>, std::string> {
+                       [](const json& check) -> std::tuple<bool, std::optional<double>, std::string> {
                          const json& count = check.at("max_abs_err");
                          // No margin for a count: the worst case shown is a failing one, if any.
-                         if (count.is_null()) return {0.0, "allocations in the loop: not finite (limit 0)"};
+                         if (count.is_null())
+                           return {false, 0.0, "allocations in the loop: not finite (limit 0)"};
                          const double n = count.get<double>();
-                         return {n > 0 ? std::optional<double>(0.0) : std::nullopt,
+                         return {n == 0, n > 0 ? std::optional<double>(0.0) : std::nullopt,
                                  "allocations in the loop: " + fixed(n, 0) + " (limit 0)"};
                        });
 }
 
+// The experiments a suite's tables compare with PyTorch: all of the operators and trainer suites',
+// the layers suite's layers (params.layer; its GEMM-epilogue experiments compare two cuBLASLt
+// configurations, which PyTorch has no counterpart for).
+bool compared_with_torch(const std::string& suite, const json& experiment) {
+  return suite != "layers" || experiment.at("params").contains("layer");
+}
+
+// The PyTorch report's `unmapped` entries (suites/pytorch/README.md), by experiment, and by
+// experiment and variant. Reasons: "skipped: ..." (no torch plan for the params) and "failed: ..."
+// are misses; "not started: ..." and "not run: ..." (the budget, a stop) are absences.
+struct Unmapped {
+  std::map<std::string, std::string> experiments;
+  std::map<std::pair<std::string, std::string>, std::string> variants;
+};
+
+Unmapped unmapped_of(const json& torch) {
+  Unmapped out;
+  const auto it = torch.find("unmapped");
+  if (it == torch.end() || !it->is_array()) return out;
+  for (const json& entry : *it) {
+    if (!entry.is_object()) continue;
+    const std::string experiment = entry.value("experiment", std::string());
+    const std::string reason = entry.value("reason", std::string());
+    if (entry.contains("variant") && entry.at("variant").is_string()) {
+      out.variants.emplace(std::make_pair(experiment, entry.at("variant").get<std::string>()), reason);
+    } else {
+      out.experiments.emplace(experiment, reason);
+    }
+  }
+  return out;
+}
+
+bool is_absence(const std::string& reason) {
+  return reason.rfind("not started", 0) == 0 || reason.rfind("not run", 0) == 0;
+}
+
+// meta.source_hash where the report has one, else the git sha: what "one run" compares.
+std::string build_of(const json& meta) {
+  const auto hash = meta.find("source_hash");
+  if (hash != meta.end() && hash->is_string()) return "sources " + hash->get<std::string>();
+  return "git " + report_short_sha(meta);
+}
+
 TargetResult pytorch_columns(const DeviceReports& reports) {
   Tally tally(6, "pytorch.columns",
-              "the operator, trainer and layer tables show speedups against torch eager and torch.compile");
+              "the operator, trainer and layer tables show speedups against torch eager and torch.compile, "
+              "measured in one run");
   for (const std::string suite : {"operators", "trainer", "layers"}) {
-    const json* report = begin(tally, reports, suite);
+    const json* report = begin(tally, reports, suite, /*correctness=*/false);
     if (report == nullptr) continue;
     const auto torch_it = reports.pytorch.find(suite);
     if (torch_it == reports.pytorch.end()) {
@@ -346,33 +417,50 @@ TargetResult pytorch_columns(const DeviceReports& reports) {
       continue;
     }
     const json& torch = *torch_it->second.first;
+    if (build_of(torch.at("meta")) != build_of(report->at("meta")))
+      tally.gap("PyTorch's " + suite + " report is of " + build_of(torch.at("meta")) + ", seqbench's of " +
+                build_of(report->at("meta")) + ": not one run");
     std::map<std::string, const json*> torch_experiments;
     for (const json& experiment : torch.at("experiments"))
       torch_experiments.emplace(experiment.at("name").get<std::string>(), &experiment);
-    std::map<std::string, std::string> torch_not_run;
-    if (const auto it = torch.find("not_run"); it != torch.end() && it->is_array())
-      for (const json& entry : *it)
-        torch_not_run.emplace(entry.value("experiment", std::string()), entry.value("reason", std::string()));
+    const Unmapped unmapped = unmapped_of(torch);
     for (const json& experiment : report->at("experiments")) {
+      if (!compared_with_torch(suite, experiment)) continue;
       const std::string name = experiment.at("name").get<std::string>();
-      const auto found = torch_experiments.find(name);
-      if (found == torch_experiments.end()) {
-        if (const auto nr = torch_not_run.find(name); nr != torch_not_run.end()) {
-          tally.gap("PyTorch did not run " + suite + "/" + name + ": " + nr->second);
+      const std::string where = suite + "/" + name;
+      if (const auto u = unmapped.experiments.find(name); u != unmapped.experiments.end()) {
+        if (is_absence(u->second)) {
+          tally.gap("PyTorch did not measure " + where + ": " + u->second);
         } else {
-          tally.add(false, std::nullopt, suite + "/" + name + ": no PyTorch experiment of that name");
+          tally.add(false, 0.0, where + ": PyTorch " + u->second);
         }
         continue;
       }
-      std::string lacking;  // the columns PyTorch has no full-shape measurement for
-      for (const char* column : {"torch_eager", "torch_compile"}) {
-        const json* v = variant_named(*found->second, column);
-        if (v == nullptr || variant_quick(torch.at("meta"), *v).value_or(false))
-          lacking += (lacking.empty() ? "no " : " and no ") + std::string(column);
+      const auto found = torch_experiments.find(name);
+      std::string misses;
+      bool absent = false;
+      for (const std::string column : {"torch_eager", "torch_compile"}) {
+        const json* v = found == torch_experiments.end() ? nullptr : variant_named(*found->second, column);
+        if (v != nullptr && variant_quick(torch.at("meta"), *v) == std::optional<bool>(false)) continue;
+        const auto u = unmapped.variants.find({name, column});
+        if (v == nullptr && u != unmapped.variants.end() && !is_absence(u->second)) {
+          misses += (misses.empty() ? "" : "; ") + column + " " + u->second;
+          continue;
+        }
+        absent = true;
+        std::string why = " (not run, or outside a filter)";
+        if (u != unmapped.variants.end()) {
+          why = ": " + u->second;
+        } else if (v != nullptr) {
+          why = " (its run was --quick, or does not say)";
+        }
+        tally.gap("PyTorch has no full-shape " + column + " of " + where + why);
       }
-      tally.add(
-          lacking.empty(), std::nullopt,
-          suite + "/" + name + ": " + (lacking.empty() ? "both measured" : lacking + " of full shapes"));
+      if (!misses.empty()) {
+        tally.add(false, 0.0, where + ": " + misses);
+      } else if (!absent) {
+        tally.add(true, std::nullopt, where + ": both measured");
+      }
     }
   }
   return tally.finish();
@@ -436,8 +524,12 @@ TargetsEvaluation evaluate_targets(const std::vector<json>& reports, const std::
       continue;
     }
     const bool pytorch = is_pytorch_report(reports[i]);
-    if (!pytorch && report_quick(meta).value_or(false)) {
-      evaluation.ignored.push_back(names[i] + ": a --quick run, whose shapes are not the issues'");
+    // PyTorch's reports say it per part and variant (pytorch_columns reads that).
+    if (!pytorch && report_quick(meta) != std::optional<bool>(false)) {
+      evaluation.ignored.push_back(names[i] + (report_quick(meta)
+                                                   ? ": a --quick run, whose shapes are not the issues'"
+                                                   : ": does not say whether its shapes are --quick "
+                                                     "(meta.quick, or parts that disagree)"));
       continue;
     }
     const std::string device = report_device_name(meta);
@@ -458,10 +550,18 @@ TargetsEvaluation evaluate_targets(const std::vector<json>& reports, const std::
     d.device = device;
     for (const auto* group : {&reps.seqbench, &reps.pytorch})
       for (const auto& [suite, entry] : *group) d.reports.push_back(report_line(*entry.first, entry.second));
-    if (!h100_or_h200(device)) d.notes.push_back("the issues ask for an H100 or H200; this is " + device);
     d.targets = {operators_copy_bw(reps),          operators_faster(reps), trainer_adam_copy_bw(reps),
                  trainer_adam_vs_per_tensor(reps), layers_faster(reps),    layers_memory_ratio(reps),
                  layers_steady_allocations(reps),  pytorch_columns(reps)};
+    // The issues' evidence is an H100 or H200 run: elsewhere a target can be missed, never met.
+    if (!h100_or_h200(device)) {
+      const std::string gap = "measured on " + device + ": the issues ask for an H100 or H200";
+      d.notes.push_back(gap);
+      for (TargetResult& t : d.targets) {
+        t.gaps.push_back(gap);
+        if (t.verdict == TargetVerdict::met) t.verdict = TargetVerdict::not_measured;
+      }
+    }
     evaluation.devices.push_back(std::move(d));
   }
   return evaluation;

@@ -21,20 +21,29 @@
 //   #5 layers.faster          every non-baseline variant of every `layers` experiment that has
 //                             params.layer (the embedding, encoder, decoder and criterion layers,
 //                             forward and backward; not the GEMM-epilogue experiments) has speedup > 1
-//   #5 layers.memory_ratio    every layers/memory/.../peak_ratio check passed (managed peak <= 0.7x
-//                             the baseline's; suites/suite_layers.h), all of
+//   #5 layers.memory_ratio    every layers/memory/.../peak_ratio check passed AND its ratio (max_rel_err)
+//                             is at most kMemoryRatioTarget (suites/suite_layers.h), so that a report
+//                             written with a looser tolerance does not pass; every one of
 //                             layer_experiments::memory_check_names() present
-//   #5 layers.steady_allocations  likewise every .../steady_state_allocations check
-//   #6 pytorch.columns        every experiment of the operators, trainer and layers reports has a
-//                             PyTorch experiment of the same name on the same device, with both
-//                             torch_eager and torch_compile measured (the tables' two columns)
+//   #5 layers.steady_allocations  likewise every .../steady_state_allocations check, with 0 allocations
+//   #6 pytorch.columns        every experiment of the operators and trainer reports, and every layer
+//                             experiment of the layers report (not the GEMM epilogues, which PyTorch has
+//                             no counterpart for), has torch_eager and torch_compile measured at full
+//                             shapes in the PyTorch report of the same suite, device and build
+//                             (meta.source_hash, else the git sha: "in one run"). The runner's `unmapped`
+//                             entries decide the rest: "skipped: ..." and "failed: ..." are misses,
+//                             "not started: ..." and "not run: ..." gaps; an experiment in neither list
+//                             (a filtered run) is a gap
 //
 // Verdicts: `met` (every case counted passed and nothing is missing), `missed` (some case failed;
-// each is listed with its value and the limit), `not measured` (no case failed, but the report is
-// absent, or incomplete: experiments in not_run or failed run/<suite>/... checks, only filtered runs,
-// experiments without the params the target reads, or no case at all). Which reports count: seqbench's
-// own (not PyTorch's, except for #6), with a device, of full shapes (a --quick report is named and
-// left out: its shapes are not the issues'). Two reports of one suite on one device are an error.
+// each is listed with its value and the limit), `not measured` (no case failed, but something the
+// target needs is missing: the report; experiments in not_run or failed run/<suite>/... checks; only
+// filtered runs; experiments without the params the target reads; no case at all; failed checks of
+// the suite, its correctness checks or a check family that threw, since a speed measured on code
+// whose checks fail is no evidence (not for #6); a GPU other than an H100 or H200, which the issues
+// name). Which reports count: seqbench's own (PyTorch's only for #6), with a device, that say they
+// ran full shapes (meta.quick false, or parts that all say so; a --quick report, or one that does not
+// say, is named and left out). Two reports of one runner and suite on one device are an error.
 #pragma once
 
 #include <cstdint>
@@ -87,7 +96,8 @@ TargetsEvaluation evaluate_targets(const std::vector<nlohmann::json>& reports,
 std::string render_targets(const TargetsEvaluation& evaluation);
 
 // 0 when there is at least one device and every target of every device is met; 1 when any is
-// missed; 3 otherwise (nothing missed, something not measured, or no GPU report at all).
+// missed; 3 otherwise (nothing missed, something not measured, or no GPU report at all). The command
+// exits 2 on bad input (a missing or invalid report, two reports of one suite), apart from these.
 int targets_exit_code(const TargetsEvaluation& evaluation);
 
 }  // namespace seqbench

@@ -540,13 +540,15 @@ if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then
   timeout -k 5 "$(within 30)" "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
   # The issues' targets judged from every report in the folder (suites/targets.h). Its exit status
-  # (0 met, 1 missed, 3 not measured) is not a stage failure; an error prints no "targets:" line.
+  # is the verdict (0 met, 1 missed, 3 not measured), not a stage failure; anything else is one, and
+  # leaves no TARGETS.md behind that an earlier call wrote.
+  rm -f "$dir/TARGETS.md"
   verdict=$(timeout -k 5 "$(within 30)" "$bin" targets "$dir"/*.json --output "$dir/TARGETS.md" 2>&1)
-  if [[ "$verdict" == "targets: "* ]]; then
-    step targets "${verdict#targets: }"
-  else
-    step targets "FAILED: $verdict"
-  fi
+  rc=$?
+  case $rc in
+    0 | 1 | 3) step targets "${verdict#targets: }" ;;
+    *) step targets "FAILED (exit $rc): ${verdict:-no output}" ;;
+  esac
   pack_reports
 fi
 if [ -x "$bin" ]; then
