@@ -10,30 +10,19 @@
 
 #include "core/error.h"
 #include "suites/report.h"
+#include "suites/text_format.h"
 
 namespace seqbench {
 namespace {
 
 using nlohmann::json;
 
-// Numbers go through std::to_chars: unlike printf it ignores the C locale, so a German locale
-// cannot turn "1.50" into "1,50" (and break the CSV).
-std::string fixed(double x, int decimals) {
-  if (x == 0.0) x = 0.0;  // no "-0"
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::fixed, decimals);
-  // Values reaching here passed validation (finite, and a report's magnitudes fit easily), but a
-  // failure must still not print garbage.
-  if (result.ec != std::errc()) return std::to_string(x);
-  return std::string(buffer, result.ptr);
-}
-
 // Three significant figures without exponents: 0.0123, 1.23, 12.3, 123; larger values keep all
 // their integer digits (1235, not 1.24e+03).
 std::string significant3(double x) {
   if (x == 0.0) return "0";
   const int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(x))));
-  return fixed(x, std::clamp(2 - magnitude, 0, 12));
+  return fixed_decimals(x, std::clamp(2 - magnitude, 0, 12));
 }
 
 // Errors and tolerances span many decades: "3.10e-02".
@@ -206,10 +195,10 @@ Row make_row(const json& experiment, const json& variant) {
              significant3(variant.at("median_ms").get<double>()),
              significant3(variant.at("p20_ms").get<double>()),
              significant3(variant.at("p80_ms").get<double>()),
-             number(variant.at("gbps"), [](double x) { return fixed(x, 0); }),
-             number(variant.at("pct_copy_bw"), [](double x) { return fixed(x, 1); }),
+             number(variant.at("gbps"), [](double x) { return fixed_decimals(x, 0); }),
+             number(variant.at("pct_copy_bw"), [](double x) { return fixed_decimals(x, 1); }),
              number(variant.at("tflops"), significant3),
-             fixed(variant.at("speedup").get<double>(), 2),
+             fixed_decimals(variant.at("speedup").get<double>(), 2),
              {},
              {}};
 }
@@ -218,7 +207,7 @@ Row make_row(const TorchIndex& torch, const std::vector<std::string>& columns, c
              const json& experiment, const json& variant) {
   Row row = make_row(experiment, variant);
   for (const auto& x : torch.speedups(report, experiment, variant, columns)) {
-    row.vs_torch.push_back(x ? Text(fixed(x->value, 2)) : std::nullopt);
+    row.vs_torch.push_back(x ? Text(fixed_decimals(x->value, 2)) : std::nullopt);
     row.vs_torch_mixed.push_back(x && x->mixed_timing);
   }
   return row;
@@ -241,18 +230,8 @@ std::vector<std::string> md_vs_torch(const Row& row) {
   return cells;
 }
 
-// A pipe would end the cell and a newline the row.
 std::string md(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '|')
-      out += "\\|";
-    else if (c == '\n' || c == '\r')
-      out += ' ';
-    else
-      out += c;
-  }
-  return out;
+  return markdown_cell(text);
 }
 
 std::string md(const Text& text) {
@@ -540,11 +519,11 @@ void md_report(std::string& out, const json& report, const TorchIndex& torch) {
   if (const auto accounting = report.find("accounting"); accounting != report.end() && !accounting->empty()) {
     md_row(out, {"accounting", "params", "naive MiB", "managed MiB", "managed / naive"});
     out += "|---|---|---:|---:|---:|\n";
-    const auto mib = [](const json& bytes) { return fixed(bytes.get<double>() / (1 << 20), 1); };
+    const auto mib = [](const json& bytes) { return fixed_decimals(bytes.get<double>() / (1 << 20), 1); };
     for (const json& entry : *accounting)
       md_row(out, {md(entry.at("name").get<std::string>()), md(compact_params(entry.at("params"))),
                    mib(entry.at("naive_bytes")), mib(entry.at("managed_bytes")),
-                   fixed(entry.at("ratio").get<double>(), 2)});
+                   fixed_decimals(entry.at("ratio").get<double>(), 2)});
     out += "\n";
   }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
@@ -14,23 +13,18 @@
 #include "suites/layers/layer_experiments.h"
 #include "suites/report.h"
 #include "suites/suite_layers.h"
+#include "suites/text_format.h"
 
 namespace seqbench {
 namespace {
 
 using nlohmann::json;
 
-std::string fixed(double x, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, x);
-  return buffer;
-}
-
 std::string percent(double x) {
-  return fixed(x, 1) + " %";
+  return fixed_decimals(x, 1) + " %";
 }
 std::string times(double x) {
-  return fixed(x, 2) + "×";
+  return fixed_decimals(x, 2) + "×";
 }
 
 // The cases of one target as they are counted. `margin` says how far a case is from its limit on
@@ -339,11 +333,11 @@ TargetResult layers_memory_ratio(const DeviceReports& reports) {
       reports, 5, "layers.memory_ratio", "the managed peak memory is at most 0.7× the baseline's",
       "peak_ratio", [](const json& check) -> std::tuple<bool, std::optional<double>, std::string> {
         const json& ratio = check.at("max_rel_err");  // managed / baseline peak
-        const std::string limit = " (limit " + fixed(kMemoryRatioTarget, 2) + ")";
+        const std::string limit = " (limit " + fixed_decimals(kMemoryRatioTarget, 2) + ")";
         if (ratio.is_null()) return {false, 0.0, "managed / baseline peak not finite" + limit};
         const double r = ratio.get<double>();
         return {r <= kMemoryRatioTarget, r > 0 ? std::optional<double>(kMemoryRatioTarget / r) : std::nullopt,
-                "managed / baseline peak " + fixed(r, 3) + limit};
+                "managed / baseline peak " + fixed_decimals(r, 3) + limit};
       });
 }
 
@@ -357,7 +351,7 @@ TargetResult layers_steady_allocations(const DeviceReports& reports) {
                            return {false, 0.0, "allocations in the loop: not finite (limit 0)"};
                          const double n = count.get<double>();
                          return {n == 0, n > 0 ? std::optional<double>(0.0) : std::nullopt,
-                                 "allocations in the loop: " + fixed(n, 0) + " (limit 0)"};
+                                 "allocations in the loop: " + fixed_decimals(n, 0) + " (limit 0)"};
                        });
 }
 
@@ -477,23 +471,8 @@ std::string report_line(const json& report, const std::string& name) {
                      meta.at("timestamp").get<std::string>();
   const json& device = meta.at("device");
   if (!device.is_null() && device.contains("copy_gbps") && device.at("copy_gbps").is_number())
-    line += ", copy " + fixed(device.at("copy_gbps").get<double>(), 0) + " GB/s";
+    line += ", copy " + fixed_decimals(device.at("copy_gbps").get<double>(), 0) + " GB/s";
   return line;
-}
-
-// Markdown table cells hold no pipes or line breaks.
-std::string cell(std::string text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '|') {
-      out += "\\|";
-    } else if (c == '\n' || c == '\r') {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -582,9 +561,9 @@ std::string render_targets(const TargetsEvaluation& evaluation) {
     out << "\n| issue | target | verdict | cases met | worst case |\n|---|---|---|---|---|\n";
     for (const TargetResult& t : d.targets) {
       const std::string verdict = target_verdict_name(t.verdict);
-      out << "| #" << t.issue << " | " << cell(t.statement) << " (`" << t.id << "`) | "
+      out << "| #" << t.issue << " | " << markdown_cell(t.statement) << " (`" << t.id << "`) | "
           << (t.verdict == TargetVerdict::met ? verdict : "**" + verdict + "**") << " | " << t.passed << " / "
-          << t.total << " | " << (t.worst.empty() ? "—" : cell(t.worst)) << " |\n";
+          << t.total << " | " << (t.worst.empty() ? "—" : markdown_cell(t.worst)) << " |\n";
     }
     for (const TargetResult& t : d.targets) {
       if (t.misses.empty() && t.gaps.empty()) continue;
