@@ -149,8 +149,41 @@ int cmd_check(const CheckOptions& options, const std::string& out_file, std::ost
   return failed == 0 && !checks.empty() ? 0 : kExitFailure;
 }
 
+// "N met, N missed, N not measured, over N device(s)": the one-line count of an evaluation.
+std::string targets_counts(const TargetsEvaluation& evaluation) {
+  std::map<std::string, int> counts;
+  for (const DeviceTargets& d : evaluation.devices)
+    for (const TargetResult& t : d.targets) ++counts[target_verdict_name(t.verdict)];
+  std::ostringstream s;
+  s << counts["met"] << " met, " << counts["missed"] << " missed, " << counts["not measured"]
+    << " not measured, over " << evaluation.devices.size() << " device(s)";
+  return s.str();
+}
+
+// The issues' targets judged from `reports` into `path` (seqbench targets), when at least one of
+// them is of a GPU run; `what` names the reports in the messages. A CPU-only set writes nothing (no
+// target can be judged), and removes a `path` an earlier run left, which would judge reports that are
+// no longer beside it; so does an evaluation that fails (two reports of one suite on one device).
+void write_targets(const std::vector<nlohmann::json>& reports, const std::vector<std::string>& names,
+                   const std::filesystem::path& path, const std::string& what, std::ostream& out) {
+  std::error_code ec;
+  try {
+    const TargetsEvaluation evaluation = evaluate_targets(reports, names);
+    if (!evaluation.devices.empty()) {
+      write_file_atomic(path, render_targets(evaluation));
+      out << "targets of " << what << ": " << targets_counts(evaluation) << ": " << path.string() << "\n";
+      return;
+    }
+  } catch (const Error& e) {
+    out << "targets not judged: " << e.message() << "\n";
+  }
+  if (std::filesystem::remove(path, ec)) out << "removed the stale " << path.string() << "\n";
+}
+
 // Every report committed under `dir`, sorted by path; an invalid one is an error, not skipped.
-std::vector<nlohmann::json> committed_reports(const std::filesystem::path& dir) {
+// `names`, when given, receives each report's path.
+std::vector<nlohmann::json> committed_reports(const std::filesystem::path& dir,
+                                              std::vector<std::string>* names) {
   std::vector<std::filesystem::path> paths;
   std::error_code ec;
   if (std::filesystem::is_directory(dir, ec)) {
@@ -162,7 +195,10 @@ std::vector<nlohmann::json> committed_reports(const std::filesystem::path& dir) 
   }
   std::sort(paths.begin(), paths.end());
   std::vector<nlohmann::json> reports;
-  for (const auto& p : paths) reports.push_back(read_report(p));
+  for (const auto& p : paths) {
+    reports.push_back(read_report(p));
+    if (names) names->push_back(p.string());
+  }
   return reports;
 }
 
@@ -174,6 +210,7 @@ int cmd_run(const RunOptions& options, const std::filesystem::path& reports_dir,
   // The tables of every report now in the folder (this run's and earlier suites'), not of this
   // run's alone: one process per suite (tools/gpu.sh) must not leave a file naming only the last.
   std::vector<nlohmann::json> present;
+  std::vector<std::string> present_names;
   std::error_code ec;
   std::vector<std::filesystem::path> paths;
   for (const auto& entry : std::filesystem::directory_iterator(result.out_dir, ec))
@@ -182,6 +219,7 @@ int cmd_run(const RunOptions& options, const std::filesystem::path& reports_dir,
   for (const auto& p : paths) {
     try {
       present.push_back(read_report(p));
+      present_names.push_back(p.string());
     } catch (const Error& e) {
       out << "tables: left out " << p.string() << " (" << e.message() << ")\n";
     }
@@ -196,9 +234,13 @@ int cmd_run(const RunOptions& options, const std::filesystem::path& reports_dir,
       out << "tables not written: " << e.message() << "\n";
     }
   }
+  // Beside the tables, the verdicts on the issues' targets from the same reports.
+  write_targets(present, present_names, result.out_dir / "TARGETS.md",
+                "the report(s) in " + result.out_dir.string(), out);
   if (!result.gpu) {
     // Without a GPU the measured numbers can only come from committed reports: regenerate them.
-    const auto committed = committed_reports(reports_dir);
+    std::vector<std::string> committed_names;
+    const auto committed = committed_reports(reports_dir, &committed_names);
     if (committed.empty()) {
       out << "no committed GPU reports under " << reports_dir.string() << " to regenerate tables from\n";
     } else {
@@ -207,6 +249,8 @@ int cmd_run(const RunOptions& options, const std::filesystem::path& reports_dir,
       out << "tables regenerated from " << committed.size() << " committed report(s) under "
           << reports_dir.string() << ": " << tables.string() << "\n";
     }
+    write_targets(committed, committed_names, result.out_dir / "committed-targets.md",
+                  "the committed report(s) under " + reports_dir.string(), out);
   }
   for (const SkippedSuite& s : result.skipped) out << "skipped: " << s.suite << " (" << s.reason << ")\n";
   for (const std::string& n : result.not_run) out << "not run: " << n << "\n";
@@ -246,12 +290,7 @@ int cmd_targets(const std::vector<std::string>& inputs, const std::string& outpu
     out << text;
   } else {
     write_file_atomic(output, text);
-    std::map<std::string, int> counts;
-    for (const DeviceTargets& d : evaluation.devices)
-      for (const TargetResult& t : d.targets) ++counts[target_verdict_name(t.verdict)];
-    out << "targets: " << counts["met"] << " met, " << counts["missed"] << " missed, "
-        << counts["not measured"] << " not measured, over " << evaluation.devices.size()
-        << " device(s); written to " << output << "\n";
+    out << "targets: " << targets_counts(evaluation) << "; written to " << output << "\n";
   }
   return targets_exit_code(evaluation);
 }

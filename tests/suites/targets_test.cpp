@@ -14,6 +14,7 @@
 #include "suites/layers/layer_experiments.h"
 #include "suites/report.h"
 #include "suites_test_util.h"
+#include "tests/common/gpu_test.h"
 
 namespace seqbench {
 namespace {
@@ -490,22 +491,30 @@ TEST(Targets, TwoReportsOfOneSuiteOnOneDeviceAreAnError) {
                        "report 'bad.json' does not match seqbench.report/1"));
 }
 
+// run_cli's exit code, standard output and standard error.
+std::tuple<int, std::string, std::string> cli(const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  for (const auto& s : args) argv.push_back(s.c_str());
+  std::ostringstream out, err;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return std::tuple{code, out.str(), err.str()};
+}
+
+// Writes every report of `in` into `dir`; returns their paths.
+std::vector<std::string> write_inputs(const Inputs& in, const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> paths;
+  for (std::size_t i = 0; i < in.reports.size(); ++i) {
+    write_json_atomic(dir / in.names[i], in.reports[i]);
+    paths.push_back((dir / in.names[i]).string());
+  }
+  return paths;
+}
+
 TEST(Targets, TheCommandWritesTheFileAtomicallyAndExitsWithTheVerdict) {
   testing::ScratchDir dir;
-  const Inputs in = all_met();
   std::vector<std::string> args = {"seqbench", "targets"};
-  for (std::size_t i = 0; i < in.reports.size(); ++i) {
-    const auto path = dir.path() / in.names[i];
-    write_json_atomic(path, in.reports[i]);
-    args.push_back(path.string());
-  }
-  const auto cli = [](std::vector<std::string> a) {
-    std::vector<const char*> argv;
-    for (const auto& s : a) argv.push_back(s.c_str());
-    std::ostringstream out, err;
-    const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-    return std::tuple{code, out.str(), err.str()};
-  };
+  for (const std::string& p : write_inputs(all_met(), dir.path())) args.push_back(p);
   auto [code, out, err] = cli(args);
   EXPECT_EQ(code, 0) << err;
   EXPECT_TRUE(contains(out, "## NVIDIA H100 80GB HBM3"));
@@ -522,6 +531,54 @@ TEST(Targets, TheCommandWritesTheFileAtomicallyAndExitsWithTheVerdict) {
   EXPECT_EQ(code, 2);
   EXPECT_TRUE(contains(err, "seqbench: error: report '")) << err;
   EXPECT_TRUE(contains(err, "missing.json' not found")) << err;
+}
+
+// `seqbench run` writes TARGETS.md beside TABLES.md from the reports in its folder, and without a GPU
+// committed-targets.md from the committed ones; a folder with no GPU report gets none, and loses the
+// one an earlier run left.
+TEST(Targets, RunJudgesTheReportsInItsFolderAndTheCommittedOnes) {
+  testing::ScratchDir dir;
+  const auto out_dir = dir.path() / "out";
+  const auto none = (dir.path() / "none").string();
+  const std::vector<std::string> run = {"seqbench",       "run",           "--suite", "reference", "--out",
+                                        out_dir.string(), "--reports-dir", none};
+  write_inputs(all_met(), out_dir);
+  auto [code, out, err] = cli(run);
+  ASSERT_EQ(code, 0) << out << err;
+  EXPECT_TRUE(contains(out, "targets of the report(s) in " + out_dir.string() +
+                                ": 8 met, 0 missed, 0 not measured, over 1 device(s)"))
+      << out;
+  const std::string targets = testing::read_file(out_dir / "TARGETS.md");
+  EXPECT_TRUE(contains(targets, "## NVIDIA H100 80GB HBM3")) << targets;
+  EXPECT_TRUE(contains(targets, "reference.json")) << targets;  // the CPU report, named and left out
+
+  // Two reports of one suite: no verdict, and no TARGETS.md left from the run before.
+  write_json_atomic(out_dir / "operators-again.json", operators_report());
+  std::tie(code, out, err) = cli(run);
+  EXPECT_EQ(code, 0) << out << err;  // the run itself succeeded
+  EXPECT_TRUE(contains(out, "targets not judged: ")) << out;
+  EXPECT_TRUE(contains(out, "removed the stale " + (out_dir / "TARGETS.md").string())) << out;
+  EXPECT_FALSE(std::filesystem::exists(out_dir / "TARGETS.md"));
+
+  // Only CPU reports: nothing to judge, so no file.
+  const auto cpu_dir = dir.path() / "cpu";
+  std::tie(code, out, err) =
+      cli({"seqbench", "run", "--suite", "reference", "--out", cpu_dir.string(), "--reports-dir", none});
+  EXPECT_EQ(code, 0) << out << err;
+  EXPECT_FALSE(std::filesystem::exists(cpu_dir / "TARGETS.md")) << out;
+  EXPECT_FALSE(contains(out, "targets of")) << out;
+
+  if (!testing::gpu_absence_reason().empty()) {
+    // No GPU: the committed reports (here one device's folder of them) are judged too.
+    const auto committed = dir.path() / "reports";
+    write_inputs(all_met(), committed / "h100");
+    std::tie(code, out, err) = cli({"seqbench", "run", "--suite", "reference", "--out", cpu_dir.string(),
+                                    "--reports-dir", committed.string()});
+    EXPECT_EQ(code, 0) << out << err;
+    EXPECT_TRUE(contains(out, "targets of the committed report(s) under " + committed.string() + ": 8 met"))
+        << out;
+    EXPECT_TRUE(contains(testing::read_file(cpu_dir / "committed-targets.md"), "| #6 |"));
+  }
 }
 
 }  // namespace
