@@ -31,6 +31,12 @@
 #                                           several calls: build/gpu stays while the machine is warm.
 #   TARGETS="seqbench" tools/gpu.sh ...     build only those targets (a call that only runs suites
 #                                           needs just `seqbench`: about half the translation units)
+#   RUN_RESUME=1 tools/gpu.sh ...           the run stage runs, of each suite whose report is already in
+#                                           reports/<device>/, only the experiments it lacks (not run,
+#                                           failed, or outside an earlier filter: tools/resume_filter.py)
+#                                           and merges them in; a complete one is not run again
+#   RUN_FILTER="RE" tools/gpu.sh ...        the run stage runs only what the ECMAScript regex RE selects
+#                                           (seqbench run --filter), merged into the suite's report
 #   TORCH_FILTER="RE" tools/gpu.sh ...      the torch stage measures only what the Python regex RE
 #                                           selects (the runner's --filter, over suite/experiment/
 #                                           variant); each such part merges into reports/<device>/
@@ -54,7 +60,9 @@
 #      then compute-sanitizer on the same build while the call lasts (the simt build, the device
 #      code on the CPU, is left out here: -DSEQBENCH_SIMT=OFF; CI runs it)
 #   2. STAGES="build run" TARGETS=seqbench tools/gpu.sh device operators
-#   3. STAGES="build run" TARGETS=seqbench tools/gpu.sh trainer layers
+#   3. STAGES="build run" TARGETS=seqbench RUN_RESUME=1 tools/gpu.sh operators trainer layers
+#      (RUN_RESUME=1: a suite that call 2 left incomplete continues where it stopped; a complete one
+#      costs nothing)
 #   4. STAGES="build dump torch" TARGETS=seqbench tools/gpu.sh layers  (then trainer, operators in
 #      parts with TORCH_FILTER: torch.compile costs seconds per experiment; a part that runs out of
 #      budget lists what it did not start, and the summary says "incomplete"). The torch side must
@@ -69,7 +77,15 @@
 #      or a source change between builds does, and the runner and merge.py refuse to mix)
 #   5. STAGES="build sanitize" tools/gpu.sh                      when minutes remain and call 1
 #      did not reach every sanitizer run
-# and commit reports/<device>/ from each call's reports.tar before the next.
+# Unpack each call's reports.tar into the tree (calls 3-4 resume and join what is there), and commit
+# reports/<device>/ only after the last call: a commit changes HEAD, and a call that then falls back
+# to building (its .prebuilt refused) records the new sha, whose reports no earlier part merges with.
+# Budget: each call also costs its start (1-2 min) and the 30 s the machine stays warm, so four full
+# calls do not fit 30 device-minutes. Before each call read the device `status` and pass
+# CALL_BUDGET = min(560, budget_left_s - 150): a call the tool cuts short loses what this script had
+# not yet packed into $OUT. Name on every call the kind the first call got (the reply's `device`):
+# a call that falls back to the other kind writes another reports/<device>/ folder, which neither
+# resumes nor joins the first one's.
 #
 # A failing stage is reported in the summary and the later stages still run: a build with errors
 # keeps going (ninja -k 0) and the stages use whatever was built; each suite runs in its own
@@ -285,13 +301,14 @@ if ! want sanitize; then
   step compute-sanitizer "$why"
 elif command -v compute-sanitizer >/dev/null 2>&1; then
   san_failed=()
+  san_timed_out=()  # unfinished: no finding either way
   san_refusal=
   san_skipped=0
   san_runs=0
   san_start=$SECONDS
   # The binaries of the gpu-labelled tests (ctest's own list, so no CPU-only binary is sanitized
   # for nothing), kernels first, then layers, trainer and the rest: the budget may not reach them all.
-  mapfile -t san_bins < <(ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
+  mapfile -t san_bins < <(timeout -k 1 "$(within 60)" ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
 import json, sys
 seen = []
 for t in json.load(sys.stdin).get("tests", []):
@@ -332,7 +349,7 @@ print("\n".join(sorted(seen, key=rank)))' 2>/dev/null)
         break 2
       fi
       if timed_out "$rc"; then
-        san_failed+=("$tool $(basename "$test_bin") timed out")
+        san_timed_out+=("$tool $(basename "$test_bin")")
       elif [ "$rc" -ne 0 ]; then
         san_failed+=("$tool $(basename "$test_bin") rc=$rc")
       fi
@@ -343,6 +360,10 @@ print("\n".join(sorted(seen, key=rank)))' 2>/dev/null)
   [ "$san_runs" -eq 0 ] && san_status="NOTHING SANITIZED (no gpu test binary found in $build)"
   [ -n "${san_refusal:-}" ] && san_status="NOT SUPPORTED here (compute-sanitizer: ${san_refusal}): stage stopped"
   [ ${#san_failed[@]} -gt 0 ] && san_status="FAILED: $(printf '%s; ' "${san_failed[@]}")"
+  if [ ${#san_timed_out[@]} -gt 0 ]; then
+    unfinished=$(printf '%s; ' "${san_timed_out[@]}")
+    san_status="$san_status (timed out, so not checked: ${unfinished%; })"
+  fi
   [ "$san_skipped" -gt 0 ] && san_status="$san_status (budget spent: $san_skipped run(s) not started)"
   step compute-sanitizer "$san_status"
 else
@@ -359,7 +380,7 @@ if [ -x "$bin" ] && { [ "$slug" = cpu ] || [ -z "$slug" ]; }; then
   # No device, or no answer: run, dump and torch would write into reports/cpu (the committed CPU
   # folder) or reports/unknown-device, so they are left out.
   if [ "$slug" = cpu ]; then
-    step device "NONE VISIBLE to seqbench: $("$bin" info 2>&1 | grep '^device:'); run, dump and torch skipped"
+    step device "NONE VISIBLE to seqbench: $(timeout -k 1 "$(within 30)" "$bin" info 2>&1 | grep '^device:'); run, dump and torch skipped"
   else
     step device "UNKNOWN (seqbench info --json gave no device name); run, dump and torch skipped"
   fi
@@ -388,7 +409,7 @@ stop_clock_trace() {
   kill "$trace_pid" 2>/dev/null
   wait "$trace_pid" 2>/dev/null
   trace_pid=
-  step clocks "$(timeout -k 5 "$(within 30)" python3 tools/clock_trace.py "$logs/clocks.csv" 2>&1 | head -c 600)"
+  step clocks "$(timeout -k 1 "$(within 30)" python3 tools/clock_trace.py "$logs/clocks.csv" 2>&1 | head -c 600)"
 }
 trap 'kill "$trace_pid" 2>/dev/null' EXIT
 if ! want run; then
@@ -400,7 +421,7 @@ else
   run_names=()
   for ((i = 1; i < ${#suites[@]}; i += 2)); do run_names+=("${suites[$i]}"); done
   if [ ${#run_names[@]} -eq 0 ]; then
-    mapfile -t run_names < <("$bin" list --json |
+    mapfile -t run_names < <(timeout -k 1 "$(within 30)" "$bin" list --json |
       python3 -c 'import json,sys; print("\n".join(s["name"] for s in json.load(sys.stdin)["suites"]))')
   fi
   run_failed=()
@@ -419,10 +440,30 @@ else
     run_budget=$(($(left) - 20))
     ((run_budget < 10)) && run_budget=10
     report="$dir/$name.json"
+    # RUN_FILTER selects by hand; RUN_RESUME=1 runs only what the suite's report lacks
+    # (tools/resume_filter.py), merged into it, so that a suite too long for one call ends complete.
+    run_filter=()
+    if [ -n "${RUN_FILTER:-}" ]; then
+      run_filter=(--filter "$RUN_FILTER")
+    elif [ "${RUN_RESUME:-0}" = 1 ] && [ -f "$report" ]; then
+      pending=$(timeout -k 1 "$(within 30)" "$bin" list --json "${quick[@]}" |
+        python3 tools/resume_filter.py - "$report" "$name" 2>>"$logs/run.log")
+      case $? in
+        0)
+          run_filter=(--filter "$pending")
+          echo "== $name: resumed, $(($(grep -o '|' <<<"$pending" | wc -l) + 1)) experiment(s) pending" >>"$logs/run.log"
+          ;;
+        3)
+          run_ok+=("$name (complete: nothing to resume)")
+          continue
+          ;;
+        *) echo "== $name: not resumable (see above); run whole" >>"$logs/run.log" ;;
+      esac
+    fi
     # Written or not: the report is replaced (rename: a new inode) whenever the run writes it.
     before=$(stat -c '%i %Y' "$report" 2>/dev/null)
-    timeout -k "$kill_grace" "$(left)" "$bin" run "${quick[@]}" --suite "$name" --out "$dir" --budget-seconds "$run_budget" 2>&1 |
-      tee -a "$logs/run.log"
+    timeout -k "$kill_grace" "$(left)" "$bin" run "${quick[@]}" --suite "$name" "${run_filter[@]}" --out "$dir" \
+      --budget-seconds "$run_budget" 2>&1 | tee -a "$logs/run.log"
     rc=${PIPESTATUS[0]}
     after=$(stat -c '%i %Y' "$report" 2>/dev/null)
     written=""
@@ -538,12 +579,17 @@ stop_clock_trace
 checkpoint
 if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
    ls "$dir"/*.json >/dev/null 2>&1; then
-  timeout -k 5 "$(within 30)" "$bin" table "$dir"/*.json --output "$dir/TABLES.md" && step tables "$dir/TABLES.md"
+  if timeout -k 1 "$(within 30)" "$bin" table "$dir"/*.json --output "$dir/TABLES.md" 2>"$logs/table.log"; then
+    step tables "$dir/TABLES.md"
+  else
+    rc=$?
+    step tables "FAILED (exit $rc; $(head -c 300 "$logs/table.log")): $dir/TABLES.md may be stale"
+  fi
   # The issues' targets judged from every report in the folder (suites/targets.h). Its exit status
   # is the verdict (0 met, 1 missed, 3 not measured), not a stage failure; anything else is one, and
   # leaves no TARGETS.md behind that an earlier call wrote.
   rm -f "$dir/TARGETS.md"
-  verdict=$(timeout -k 5 "$(within 30)" "$bin" targets "$dir"/*.json --output "$dir/TARGETS.md" 2>&1)
+  verdict=$(timeout -k 1 "$(within 30)" "$bin" targets "$dir"/*.json --output "$dir/TARGETS.md" 2>&1)
   rc=$?
   case $rc in
     0 | 1 | 3) step targets "${verdict#targets: }" ;;
@@ -552,7 +598,7 @@ if [[ "$stages" == *" run "* || "$stages" == *" torch "* ]] && [ -x "$bin" ] &&
   pack_reports
 fi
 if [ -x "$bin" ]; then
-  timeout -k 5 "$(within 30)" "$bin" info >"$logs/info.txt" 2>&1
+  timeout -k 1 "$(within 30)" "$bin" info >"$logs/info.txt" 2>&1
 else
   echo "seqbench info: not built" >"$logs/info.txt"
 fi

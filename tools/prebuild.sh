@@ -25,7 +25,6 @@ if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
   exit 1
 fi
 
-rm -rf .prebuilt
 # A fresh configure: options left in build/gpu's cache by hand must not reach the binary unseen.
 rm -f build/gpu/CMakeCache.txt
 sources_before=$(tools/source_hash.sh)
@@ -71,6 +70,8 @@ sed -n "s/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p" build/gpu/CMakeCache.txt >"$stag
   "$stage/run-seqbench" info
 } >"$stage/BUILT"
 cp "$log/build.log" "$stage/build.log"
+# Only now is the old one replaced: a build that fails or is stopped leaves the last good .prebuilt.
+rm -rf .prebuilt
 mv "$stage" .prebuilt
 echo "prebuild: .prebuilt/ is $(du -sh .prebuilt | cut -f1); carry it with run-only calls:"
 echo "  STAGES=\"build run\" TARGETS=seqbench tools/gpu.sh ...   (carry: .bundle, .prebuilt)"
