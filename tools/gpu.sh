@@ -218,8 +218,10 @@ bin=$build/suites/seqbench
 prebuilt=.prebuilt
 use_prebuilt() {
   local info
-  if [ ! -x "$prebuilt/seqbench" ]; then
+  if [ ! -e "$prebuilt/seqbench" ]; then
     pre_why="none carried"
+  elif [ ! -x "$prebuilt/seqbench" ] || [ ! -x "$prebuilt/run-seqbench" ]; then
+    pre_why="not executable here (the copy lost its exec bit?)"
   elif [ "${TARGETS:-}" != seqbench ]; then
     pre_why="not used: this call builds ${TARGETS:-every target}, not just seqbench"
   elif [ "$(cat "$prebuilt/SOURCE_HASH" 2>/dev/null)" != "$(tools/source_hash.sh)" ]; then
@@ -237,7 +239,7 @@ use_prebuilt() {
     return 0
   fi
   # A carried binary that is not used says why; with none carried there is nothing to say.
-  [ -x "$prebuilt/seqbench" ] && step prebuilt "$pre_why"
+  [ -e "$prebuilt/seqbench" ] && step prebuilt "$pre_why"
   return 1
 }
 if ! want build; then
