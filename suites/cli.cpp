@@ -175,7 +175,7 @@ void write_targets(const std::vector<nlohmann::json>& reports, const std::vector
       return;
     }
   } catch (const Error& e) {
-    out << "targets not judged: " << e.message() << "\n";
+    out << "targets not written: " << e.message() << "\n";
   }
   if (std::filesystem::remove(path, ec)) out << "removed the stale " << path.string() << "\n";
 }
