@@ -5,7 +5,7 @@
 namespace seqbench {
 
 std::string short_source_path(const char* file) {
-  const std::string path = file ? file : "?";
+  std::string path = file ? file : "?";
   const auto last = path.find_last_of('/');
   if (last == std::string::npos || last == 0) return path;
   const auto before = path.find_last_of('/', last - 1);

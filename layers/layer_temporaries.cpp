@@ -64,7 +64,7 @@ SublayerSaved LayerDescriber::begin_sublayer(const std::string& prefix, TensorId
 }
 
 void LayerDescriber::attention_probs(SublayerSaved& s, std::size_t scores,
-                                     std::vector<TensorId> gemm_inputs) {
+                                     const std::vector<TensorId>& gemm_inputs) {
   const std::string& p = s.prefix;
   s.probs = act(p + "probs", scores);
   rec_.op(p + "scores_gemm", gemm_inputs, {s.probs});

@@ -148,7 +148,7 @@ class LayerDescriber {
   // the saved-state header and the pre-LN (when configured) that feeds the sub-layer's GEMM;
   SublayerSaved begin_sublayer(const std::string& prefix, TensorId input, TensorId output);
   // softmax over the scores (in place) and the optional attention dropout;
-  void attention_probs(SublayerSaved& s, std::size_t scores, std::vector<TensorId> gemm_inputs);
+  void attention_probs(SublayerSaved& s, std::size_t scores, const std::vector<TensorId>& gemm_inputs);
   // context GEMM, output projection, bias + dropout + residual, and the post-LN.
   void attention_output(SublayerSaved& s, TensorId value_heads);
   // The backward of a sub-layer's output end (post-LN, bias + dropout + residual) into d_raw, the

@@ -134,7 +134,8 @@ MhaDims mha_dims(const Matrix& query, const Matrix& key_value, const MhaParams& 
   }
   MhaDims dims;
   dims.attn = {shape.batch, shape.heads, shape.q_len, shape.k_len};
-  dims.config.scale = config.scale.value_or(1.0 / std::sqrt(static_cast<double>(hidden / shape.heads)));
+  const Index head_dim = hidden / shape.heads;  // exact: heads divides hidden (checked above)
+  dims.config.scale = config.scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
   dims.config.mask = config.mask;
   dims.config.dropout_p = config.dropout_p;
   return dims;

@@ -18,7 +18,7 @@ PositionMatrix require_args(const TokenMatrix& tokens, const Matrix& token_table
   SEQBENCH_REQUIRE(config.position_offset >= 0,
                    what << ": position_offset " << config.position_offset << " must be >= 0");
   const Index vocab = token_table.rows();
-  const PositionMatrix positions = embedding_positions(tokens, config);
+  PositionMatrix positions = embedding_positions(tokens, config);
   const bool learned = config.positions == PositionEncoding::learned;
   if (learned) {
     SEQBENCH_REQUIRE(position_table.cols() == token_table.cols(),

@@ -130,8 +130,10 @@ SEQBENCH_HD __forceinline__ void update_scalar(const UpdateArgs<T>& a, const Ste
   T param{};
   if constexpr (!kMaster) param = a.params[i];
   float master = 0.0f, s0 = 0.0f, s1 = 0.0f;
-  if constexpr (kMaster) master = a.master[i];
-  if (ctx.use_state0) s0 = a.state0[i];
+  // master is non-null in master_fp32 mode and state0 whenever ctx.use_state0 (the launchers'
+  // validate_update_buffers); the analyzer follows a table entry it cannot see filled.
+  if constexpr (kMaster) master = a.master[i];  // NOLINT(clang-analyzer-core.NullDereference)
+  if (ctx.use_state0) s0 = a.state0[i];         // NOLINT(clang-analyzer-core.NullDereference)
   if constexpr (kState1) s1 = a.state1[i];
   std::uint32_t bits = 0;
   if constexpr (M == PrecisionMode::stochastic_rounding) {
