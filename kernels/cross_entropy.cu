@@ -82,6 +82,9 @@ __global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
     return;
   }
   const T* __restrict__ xr = a.logits + row * vocab;
+  // Issued before the row streams, so that its latency overlaps the loop instead of following
+  // the reductions at the row's end (the row's own vector load of it later hits L2).
+  const float xt = lane == 0 ? to_float(xr[target]) : 0.0f;
   const int head = head_elements<T, kVec>(xr, vocab);
   const int nvec = (vocab - head) / kVec;
   const int tail0 = head + nvec * kVec;
@@ -123,7 +126,6 @@ __global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
   const float s = team_sum<kWarpTeam>(st.s * exp2f(st.m2 - m2));
   const float sx = team_sum<kWarpTeam>(st.sx);
   if (lane == 0) {
-    const float xt = to_float(xr[target]);
     const float lse = online_lse_value(m2, s);
     const float nll = lse - xt;
     const float smooth = fmaf(static_cast<float>(vocab), lse, -sx);  // Σ_j (lse - x_j)

@@ -30,7 +30,8 @@
 //   streams the row ONCE: each thread keeps an online (max m, Σ 2^((x-m)·log2 e), Σ x) over its
 //   vectors, rescaling its sum only when a vector raises its max (at most once per vector); then the
 //   team reduces the max, rescales, and reduces the two sums (warp shuffles, plus one shared-memory
-//   exchange for block teams); lane 0 reads x_t (one scalar load), forms lse, nll, smooth and loss.
+//   exchange for block teams); lane 0, which loaded x_t (one scalar load) before the row's stream,
+//   forms lse, nll, smooth and loss.
 //   The probabilities are never materialized. 16-byte alignment: row r starts at element r·V, so
 //   for odd V a row is not 16-byte aligned: each row peels a scalar head (up to the first aligned
 //   element) and a scalar tail; the body is Packed<T> loads, 4 in flight per thread. The forward
