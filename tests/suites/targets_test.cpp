@@ -34,6 +34,15 @@ json variant(const std::string& name, double pct_copy, double speedup, double by
           {"gbps", gbps}, {"tflops", nullptr}, {"pct_copy_bw", pct_copy}, {"speedup", speedup}};
 }
 
+// A failed check of the schema's shape (errors and tolerance as given).
+json failed_check(const std::string& name, double error = 0, double tolerance = 0) {
+  return {{"name", name},
+          {"passed", false},
+          {"max_abs_err", error},
+          {"max_rel_err", error},
+          {"tolerance", tolerance}};
+}
+
 json experiment(const std::string& name, json params, const std::string& baseline,
                 std::vector<json> variants) {
   return {{"name", name},
@@ -278,11 +287,7 @@ TEST(Targets, WhatIsMissingMakesATargetNotMeasuredNeverMet) {
       "1 operators experiment(s) not run (first: softmax_fwd/x: not started: time budget)");
   verdict_with(
       [](Inputs& in) {
-        in.reports[0]["checks"].push_back({{"name", "run/operators/softmax_fwd/x/fused"},
-                                           {"passed", false},
-                                           {"max_abs_err", 0},
-                                           {"max_rel_err", 0},
-                                           {"tolerance", 0}});
+        in.reports[0]["checks"].push_back(failed_check("run/operators/softmax_fwd/x/fused"));
       },
       "operators.copy_bw", "1 operators variant(s) failed to run (first: run/operators/softmax_fwd/x/fused)");
   verdict_with(
@@ -323,23 +328,13 @@ TEST(Targets, WhatIsMissingMakesATargetNotMeasuredNeverMet) {
   // A fast kernel whose checks fail is no evidence; the failure of a whole check family neither.
   verdict_with(
       [](Inputs& in) {
-        in.reports[0]["checks"].push_back({{"name", "operators/softmax/fwd/bf16 vs reference"},
-                                           {"passed", false},
-                                           {"max_abs_err", 1.0},
-                                           {"max_rel_err", 1.0},
-                                           {"tolerance", 0.01}});
+        in.reports[0]["checks"].push_back(failed_check("operators/softmax/fwd/bf16 vs reference", 1.0, 0.01));
       },
       "operators.faster",
       "1 failed check(s) in operators (first: operators/softmax/fwd/bf16 vs reference): its timings do not "
       "count");
   verdict_with(
-      [](Inputs& in) {
-        in.reports[2]["checks"].push_back({{"name", "checks/layers/gpu/encoder_memory"},
-                                           {"passed", false},
-                                           {"max_abs_err", 0},
-                                           {"max_rel_err", 0},
-                                           {"tolerance", 0}});
-      },
+      [](Inputs& in) { in.reports[2]["checks"].push_back(failed_check("checks/layers/gpu/encoder_memory")); },
       "layers.faster", "1 failed check(s) in layers (first: checks/layers/gpu/encoder_memory)");
   verdict_with([](Inputs& in) { in.reports[1]["experiments"][0]["variants"].erase(1); },
                "trainer.adam_vs_per_tensor",
