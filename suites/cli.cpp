@@ -256,7 +256,8 @@ int cmd_run(const RunOptions& options, const std::filesystem::path& reports_dir,
   for (const std::string& n : result.not_run) out << "not run: " << n << "\n";
   out << "reports: " << result.reports.size() << " written to " << result.out_dir.string()
       << "; checks: " << result.checks - result.failed_checks << " passed, " << result.failed_checks
-      << " failed\n";
+      << " failed" << (options.skip_checks ? " (--no-checks: the reports keep their earlier ones)" : "")
+      << "\n";
   if (!result.device_lost.empty()) out << "device lost " << result.device_lost << "\n";
   if (!result.stopped_by.empty()) out << "incomplete: " << result.stopped_by << "\n";
   if (result.not_started > 0)
@@ -326,8 +327,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   std::string reports_dir = default_reports_dir().string();
   auto* run = app.add_subcommand("run", "run suites and write one schema-v1 report per suite");
   run->add_option("--suite", run_options.suites, "only these suites (repeatable); default: all");
-  run->add_option("--filter", run_options.filter,
-                  "ECMAScript regex over suite/experiment/variant and check names");
+  auto* run_filter = run->add_option("--filter", run_options.filter,
+                                     "ECMAScript regex over suite/experiment/variant and check names");
   run->add_option("--out", run_out, "output folder (default: seqbench-out/<device>)");
   run->add_flag("--quick", run_options.quick, "smaller shapes and fewer samples");
   run->add_option("--seed", run_options.seed, "seed of every random draw");
@@ -339,6 +340,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
          "N from the start; what was not started is listed in the report's not_run (exit 3)")
       ->check(CLI::PositiveNumber);
   run->add_option("--reports-dir", reports_dir, "committed reports, for tables when no GPU is present");
+  run->add_flag("--no-checks", run_options.skip_checks,
+                "time only, run no check: each selected suite's report must be in the output folder, "
+                "and the filtered run merges into it, keeping its checks (resuming an incomplete suite)")
+      ->needs(run_filter);
 
   std::vector<std::string> table_inputs;
   std::string table_format = "md";

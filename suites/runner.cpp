@@ -26,6 +26,7 @@
 #include "suites/runner_detail.h"
 #include "suites/sample_stats.h"
 #include "suites/suite_device.h"
+#include "suites/text_format.h"
 
 namespace seqbench {
 namespace {
@@ -704,6 +705,9 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
   const std::vector<SuiteSpec> all = all_suites(SuiteOptions{options.quick});
   const std::vector<const SuiteSpec*> selected = select_suites(all, options.suites);
   const std::regex re = compile_filter(options.filter);
+  SEQBENCH_REQUIRE(!options.skip_checks || !options.filter.empty(),
+                   "--no-checks needs a non-empty --filter: a run without one replaces the suite's report, "
+                   "which would then hold no checks");
   RunResult result;
   result.out_dir = options.out_dir;
   if (!result.out_dir.empty()) prepare_out_dir(result.out_dir);  // before the (slow) probe
@@ -734,6 +738,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     meta["quick"] = options.quick;
     meta["filter"] = options.filter.empty() ? nlohmann::json(nullptr) : nlohmann::json(options.filter);
     meta["repetitions"] = options.repetitions;
+    meta["checks_run"] = !options.skip_checks;
     meta["timer_policy"] = {
         {"name", options.quick ? "quick" : "default"}, {"warmup_runs", policy.warmup_runs},
         {"min_samples", policy.min_samples},           {"max_samples", policy.max_samples},
@@ -745,6 +750,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
                                 {"source_hash", meta["source_hash"]},
                                 {"filter", meta["filter"]},
                                 {"quick", options.quick},
+                                {"checks_run", !options.skip_checks},
                                 {"copy_gbps", copy_gbps ? nlohmann::json(*copy_gbps) : nullptr}}});
     return meta;
   };
@@ -779,6 +785,14 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
             << aside.string() << "\n";
       }
     }
+    // --no-checks keeps the checks of the report it merges into, so that report must be there.
+    if (options.skip_checks)
+      for (const SuiteSpec* suite : selected)
+        SEQBENCH_REQUIRE((suite->needs_gpu && !gpu) || existing.count(suite->name) > 0,  // else skipped
+                         "--no-checks keeps the checks of the report it merges into, and suite '"
+                             << suite->name << "' has none readable at '"
+                             << (result.out_dir / (suite->name + ".json")).string()
+                             << "': run it without --no-checks");
   }
 
   std::unique_ptr<GpuTimer> timer;
@@ -834,12 +848,15 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       log << std::flush;
       continue;
     }
-    log << "suite '" << suite->name << "': " << experiments.size() << " experiment(s), checks ...\n"
+    log << "suite '" << suite->name << "': " << experiments.size() << " experiment(s), checks "
+        << (options.skip_checks ? "skipped (--no-checks: the report's stay)" : "...") << "\n"
         << std::flush;
     bool checks_threw = false;
     std::vector<std::string> families_ran;
-    std::vector<CheckResult> checks =
-        suite_checks(*suite, gpu_usable, options.seed, re, &checks_threw, &families_ran);
+    const auto checks_start = std::chrono::steady_clock::now();
+    std::vector<CheckResult> checks;
+    if (!options.skip_checks)
+      checks = suite_checks(*suite, gpu_usable, options.seed, re, &checks_threw, &families_ran);
     if (lost_here && suite->gpu_checks) {
       CheckResult lost;
       lost.name = "checks/" + suite->name + "/gpu";
@@ -857,7 +874,12 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       if (!c.passed && c.name.rfind("checks/", 0) == 0)
         log << "  FAILED " << c.name << ": " << c.detail << "\n";
     }
-    log << "  checks: " << checks.size() - failed << " passed, " << failed << " failed\n" << std::flush;
+    if (!options.skip_checks)
+      log << "  checks: " << checks.size() - failed << " passed, " << failed << " failed in "
+          << fixed_decimals(
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - checks_start).count(), 1)
+          << " s\n"
+          << std::flush;
 
     const nlohmann::json accounting = suite->accounting ? suite->accounting() : nlohmann::json();
     if (experiments.empty() && checks.empty() && accounting.empty()) {

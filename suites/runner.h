@@ -26,6 +26,10 @@ struct RunOptions {
   // Seconds from the start: an experiment starts only while what is left covers the longest one so
   // far (at least 10 s); the others are listed "not started: time budget". Empty: no limit.
   std::optional<double> budget_seconds;
+  // --no-checks: time only, run no check family. Only for a filtered run merging into each selected
+  // suite's report already in out_dir, whose checks stay (tools/gpu.sh's RUN_RESUME: a suite the
+  // last call left incomplete goes on without repeating checks it already ran on that build).
+  bool skip_checks = false;
 };
 
 struct SkippedSuite {

@@ -298,6 +298,72 @@ TEST_F(CliTest, FilteredRunRefusesAReportOfAnotherBuildAndLeavesItAlone) {
                           1, "it holds a full run, this run is --quick");
 }
 
+// --no-checks (tools/gpu.sh's RUN_RESUME): timings only, merged into the report that holds the checks.
+TEST_F(CliTest, NoChecksNeedsANonEmptyFilterAndTheReportToKeepChecksFrom) {
+  const auto out = dir_ / "out";
+  const std::vector<std::string> base = {"run",   "--suite",    "reference",     "--no-checks",
+                                         "--out", out.string(), "--reports-dir", (dir_ / "none").string()};
+  expect_one_line_error(cli(base), 2, "--no-checks");  // CLI11: it needs --filter
+  auto empty_filter = base;
+  empty_filter.insert(empty_filter.end(), {"--filter", ""});
+  expect_one_line_error(cli(empty_filter), 1, "--no-checks needs a non-empty --filter");
+  auto no_report = base;
+  no_report.insert(no_report.end(), {"--filter", "softmax"});
+  const auto r = cli(no_report);
+  expect_one_line_error(r, 1, "suite 'reference' has none readable at");
+  EXPECT_NE(r.err.find((out / "reference.json").string()), std::string::npos) << r.err;
+  EXPECT_EQ(files_in(out), 0u);  // refused before anything ran
+  if (::seqbench::testing::gpu_absence_reason().empty()) return;
+  // Without a GPU a GPU suite is skipped as ever, not refused for the report it need not merge into.
+  const auto skipped = cli({"run", "--suite", "operators", "--filter", "softmax", "--no-checks", "--out",
+                            out.string(), "--reports-dir", (dir_ / "none").string()});
+  EXPECT_EQ(skipped.code, 0) << skipped.out << skipped.err;
+  EXPECT_NE(skipped.out.find("skipped: operators (needs a GPU"), std::string::npos) << skipped.out;
+}
+
+TEST_F(CliTest, NoChecksRunsNoCheckAndTheMergedReportKeepsTheEarlierOnes) {
+  if (build_info().git_sha == "unknown")
+    GTEST_SKIP() << "this build's git sha is 'unknown' (no .git and no valid BUILD_STAMP: tools/stamp.sh), "
+                    "and no merge accepts it";
+  const auto out = dir_ / "out";
+  // The memory suite: CPU checks and an accounting, so a checkless run still writes its report.
+  const std::vector<std::string> base = {"run",   "--suite",    "memory",        "--quick",
+                                         "--out", out.string(), "--reports-dir", (dir_ / "none").string()};
+  const auto first = cli(base);
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  EXPECT_NE(first.out.find(" failed in "), std::string::npos) << first.out;  // the checks' seconds
+  const auto full = read_report(out / "memory.json");
+  ASSERT_FALSE(full["checks"].empty());
+  EXPECT_EQ(full["meta"]["checks_run"], true);
+  auto timings = base;
+  timings.insert(timings.end(), {"--filter", "^memory/", "--no-checks"});
+  const auto r = cli(timings);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("checks skipped (--no-checks"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" failed in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 failed (--no-checks: the reports keep their earlier ones)"), std::string::npos)
+      << r.out;
+  const auto merged = read_report(out / "memory.json");
+  EXPECT_EQ(merged["checks"], full["checks"]);
+  EXPECT_EQ(merged["meta"]["checks_run"], false);
+  ASSERT_EQ(merged["meta"]["parts"].size(), 2u);
+  EXPECT_EQ(merged["meta"]["parts"][0]["checks_run"], true);
+  EXPECT_EQ(merged["meta"]["parts"][1]["checks_run"], false);
+  EXPECT_EQ(merged["meta"]["check_families"], nlohmann::json::array());
+  // A suite with nothing but checks gets no new report from it: the old one stays byte for byte.
+  const std::vector<std::string> reference = {
+      "run",   "--suite",    "reference",     "--quick",
+      "--out", out.string(), "--reports-dir", (dir_ / "none").string()};
+  ASSERT_EQ(cli(reference).code, 0);
+  const std::string before = ::seqbench::testing::read_file(out / "reference.json");
+  auto reference_timings = reference;
+  reference_timings.insert(reference_timings.end(), {"--filter", "softmax", "--no-checks"});
+  const auto nothing = cli(reference_timings);
+  ASSERT_EQ(nothing.code, 0) << nothing.out << nothing.err;
+  EXPECT_NE(nothing.out.find("matches the filter; no report"), std::string::npos) << nothing.out;
+  EXPECT_EQ(::seqbench::testing::read_file(out / "reference.json"), before);
+}
+
 TEST_F(CliTest, AnUnreadableReportIsMovedAsideNotMergedOrLost) {
   const auto out = dir_ / "out";
   fs::create_directories(out);
