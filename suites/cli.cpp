@@ -78,7 +78,11 @@ int cmd_list(bool as_json, bool quick, std::ostream& out) {
     for (const ExperimentSpec& e : s.experiments) {
       nlohmann::json variants = nlohmann::json::array();
       for (const VariantSpec& v : e.variants)
-        variants.push_back({{"name", v.name}, {"bytes", v.bytes}, {"flops", v.flops}});
+        variants.push_back({{"name", v.name},
+                            {"bytes", v.bytes},
+                            {"flops", v.flops},
+                            {"component_of", v.component_of.empty() ? nlohmann::json(nullptr)
+                                                                    : nlohmann::json(v.component_of)}});
       suite["experiments"].push_back(
           {{"name", e.name},
            {"params", e.params},

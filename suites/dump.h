@@ -5,7 +5,8 @@
 // after `seqbench dump` has called that variant once on the prepared inputs, dump() returns host
 // copies of the inputs and of what that call wrote. A family whose dump needs neither (the layers'
 // separate parity instances) sets ExperimentSpec::dump_standalone instead, and the experiment is
-// not prepared. Experiments without a dump_variant are counted and skipped without being prepared. Files land in
+// not prepared. Experiments without a dump_variant are counted and skipped without being
+// prepared. Files land in
 //   DIR/<suite>/<experiment name, '/' and ',' and '=' as '_'>/<array>.npy
 // next to a manifest.json (schema "seqbench.dump/1"): suite, experiment, params, variant, and per
 // array its name, role ("input" or "output"), seqbench dtype, numpy descr, shape and file. bf16 is

@@ -23,6 +23,10 @@ struct VariantSpec {
   std::string name;
   double bytes = 0;
   double flops = 0;
+  // Non-empty: this variant times a part of the variant of that name (a stage left out, so that the
+  // difference places the time), not the whole operation. Tables never call it the best, and never
+  // set it against PyTorch.
+  std::string component_of = {};
 };
 
 using Work = std::function<void(cudaStream_t)>;

@@ -7,8 +7,9 @@
 // of 64 MiB (about 20 us at 3 TB/s) could pay for up to ~50 MB of extra writes: up to ~16 us,
 // deflating a small operator's GB/s by as much as ~40 % and compressing its speedups. (The mirror
 // effect, a sample's own last outputs still dirty in L2 at its stop event, is why a graphed
-// sample moves kGraphSampleBytes = 1 GiB: suites/gpu_timer.h.) Reading a buffer of 2 x L2 leaves only clean lines (evicted for free); the dirty lines
-// of the previous sample's outputs are written back during the flush, before the start event.
+// sample moves kGraphSampleBytes = 1 GiB: suites/gpu_timer.h.) Reading a buffer of 2 x L2 leaves only clean
+// lines (evicted for free); the dirty lines of the previous sample's outputs are written back during the
+// flush, before the start event.
 //
 // launch_l2_flush_read(buffer, bytes, sink, stream)
 //   What: reads every 16-byte vector of `buffer` (bytes a multiple of 16, 16-byte aligned), XORs

@@ -397,6 +397,7 @@ void validate_variant(Validator& v, const json& variant, const std::string& p, C
   v.get(variant, p, "cuda_graph", Kind::boolean, kOptional);
   v.integer(variant, p, "calls_per_sample", Bound::positive, kOptional);
   v.get(variant, p, "note", Kind::string, kOptional);
+  v.string(variant, p, "component_of", true, kOptional);
 
   const auto speedup = v.number(variant, p, "speedup", Bound::positive);
   if (is_baseline && speedup && *speedup != 1.0)
@@ -433,6 +434,29 @@ void validate_experiment(Validator& v, const json& experiment, const std::string
   }
   if (baseline && !first_index.contains(*baseline))
     v.add(join(p, "baseline"), shown(*baseline) + " is not the name of any variant");
+  // A component names a whole variant of the same experiment: neither itself, nor the baseline,
+  // nor another component.
+  for (std::size_t j = 0; j < variants->size(); ++j) {
+    const json& variant = (*variants)[j];
+    if (!variant.is_object()) continue;
+    const auto of = variant.find("component_of");
+    if (of == variant.end() || !of->is_string() || of->get_ref<const std::string&>().empty())
+      continue;  // absent, or already reported by validate_variant
+    const std::string whole = of->get<std::string>();
+    const std::string where = join(at(join(p, "variants"), j), "component_of");
+    const auto it = first_index.find(whole);
+    if (it == first_index.end()) {
+      v.add(where, shown(whole) + " is not the name of any variant");
+    } else if (it->second == j) {
+      v.add(where, "a variant cannot be a component of itself");
+    } else if (baseline && whole == *baseline) {
+      v.add(where, shown(whole) + " is the baseline; a component is of a measured whole");
+    } else if ((*variants)[it->second].contains("component_of")) {
+      v.add(where, shown(whole) + " is itself a component");
+    } else if (baseline && variant.contains("name") && variant["name"] == *baseline) {
+      v.add(where, "the baseline cannot be a component");
+    }
+  }
 }
 
 void validate_check(Validator& v, const json& check, const std::string& p) {

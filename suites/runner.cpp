@@ -245,6 +245,7 @@ nlohmann::json experiment_entry(const SuiteSpec& suite, const ExperimentSpec& e,
     const auto [graph_runs, runs] = graphed.at(name);
     variant["cuda_graph"] = graph_runs == runs;
     variant["calls_per_sample"] = e.calls_per_sample;
+    if (!v.component_of.empty()) variant["component_of"] = v.component_of;
     std::string note = notes.count(name) > 0 ? notes.at(name) : "";
     if (graph_runs > 0 && graph_runs < runs)
       note += (note.empty() ? "" : "; ") + std::to_string(graph_runs) + " of " + std::to_string(runs) +

@@ -55,6 +55,12 @@ std::string torch_label(const std::string& variant) {
   return label;
 }
 
+// The whole variant a component variant times a part of; empty for a whole one.
+std::string component_of(const json& variant) {
+  const auto it = variant.find("component_of");
+  return it != variant.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // The PyTorch reports, indexed by (suite, device, experiment name): an experiment is compared only
 // with PyTorch measured on the same device. A name measured twice keeps the first report's. Numbers
 // of --quick shapes are never paired with full ones (where both sides say which they are).
@@ -120,7 +126,8 @@ class TorchIndex {
   std::vector<std::optional<Ratio>> speedups(const json& report, const json& experiment, const json& variant,
                                              const std::vector<std::string>& columns) const {
     std::vector<std::optional<Ratio>> out(columns.size());
-    if (is_pytorch_report(report)) return out;
+    if (is_pytorch_report(report) || !component_of(variant).empty())
+      return out;  // a part is not set against torch
     const auto it =
         experiments_.find(key(report.at("suite").get<std::string>(), report_device_name(report.at("meta")),
                               experiment.at("name").get<std::string>()));
@@ -306,11 +313,12 @@ const json* non_baseline_variant(const json& experiment, const std::string& name
   return nullptr;
 }
 
-// The fastest non-baseline variant (the first of equal medians); nullptr where there is none.
+// The fastest non-baseline variant that is a whole operation, not a component (the first of equal
+// medians); nullptr where there is none.
 const json* best_variant(const json& experiment) {
   const json* best = nullptr;
   for (const json& v : experiment.at("variants"))
-    if (name_of(v) != baseline_of(experiment) &&
+    if (name_of(v) != baseline_of(experiment) && component_of(v).empty() &&
         (!best || v.at("median_ms").get<double>() < best->at("median_ms").get<double>()))
       best = &v;
   return best;
@@ -403,6 +411,19 @@ void md_summary(std::string& out, const json& report, const TorchIndex& torch,
     md_row(out, cells);
   }
   out += "\n";
+  // What a component's numbers are (each pair once, in order of appearance).
+  std::vector<std::pair<std::string, std::string>> components;
+  for (const json* experiment : family.experiments)
+    for (const json& v : experiment->at("variants"))
+      if (const std::string whole = component_of(v); !whole.empty()) {
+        const std::pair<std::string, std::string> pair{name_of(v), whole};
+        if (std::find(components.begin(), components.end(), pair) == components.end())
+          components.push_back(pair);
+      }
+  for (const auto& [part, whole] : components)
+    out += "`" + part + "` times a part of `" + whole +
+           "`, not the whole operation: its speedup is not a result and it is never the best; `" + whole +
+           "` minus it is the time of what it leaves out.\n\n";
 }
 
 // The checks that carry named values (the trainer suite's precision drift study), one row each,

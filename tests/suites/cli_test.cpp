@@ -165,7 +165,7 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
   for (const auto& s : doc["suites"]) names.push_back(s["name"]);
   EXPECT_NE(std::find(names.begin(), names.end(), "reference"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "device"), names.end());
-  int rotated = 0, capped = 0;
+  int rotated = 0, capped = 0, components = 0;
   for (const auto& s : doc["suites"])
     for (const auto& e : s["experiments"]) {
       EXPECT_TRUE(e["params"].is_object());
@@ -189,10 +189,21 @@ TEST_F(CliTest, ListJsonDescribesEverySuite) {
           << e.dump();
       rotated += e["calls_per_sample"].get<int>() > 1;
       capped += e["calls_per_sample"].get<int>() == kMaxCallsPerSample;
+      // component_of: null for a whole variant, else a whole variant of the same experiment.
+      for (const auto& v : e["variants"]) {
+        ASSERT_TRUE(v.contains("component_of")) << e.dump();
+        if (v["component_of"].is_null()) continue;
+        ++components;
+        bool whole_listed = false;
+        for (const auto& w : e["variants"])
+          whole_listed = whole_listed || (w["name"] == v["component_of"] && w["component_of"].is_null());
+        EXPECT_TRUE(whole_listed) << e.dump();
+      }
     }
   // The full operator suite has small ops of both kinds: a few calls, and the cap.
   EXPECT_GT(rotated, capped);
   EXPECT_GT(capped, 0);
+  EXPECT_GT(components, 0);  // the trainer suite's fused_update_only
 }
 
 TEST_F(CliTest, DumpNeedsAGpuAndWritesNothingWithoutOne) {

@@ -247,6 +247,42 @@ TEST(ValidateReport, RejectsEmptyOrDuplicateVariants) {
                 "experiments[0].variants[1].speedup: the baseline's own speedup must be 1, got 4.048"}));
 }
 
+// A component (component_of) names a whole, measured variant of its own experiment.
+TEST(ValidateReport, AComponentNamesAWholeVariantOfItsExperiment) {
+  const auto with_part = [](const json& of) {
+    return [of](json& r) {
+      json part = variant(r, 0, 1);
+      part["name"] = "fused_part";
+      part["component_of"] = of;
+      r["experiments"][0]["variants"].push_back(part);
+    };
+  };
+  EXPECT_EQ(problems_after(with_part("fused")), Problems{});
+  EXPECT_EQ(problems_after(with_part("nope")),
+            Problems{R"(experiments[0].variants[2].component_of: "nope" is not the name of any variant)"});
+  EXPECT_EQ(problems_after(with_part("fused_part")),
+            Problems{"experiments[0].variants[2].component_of: a variant cannot be a component of itself"});
+  EXPECT_EQ(
+      problems_after(with_part("eager")),
+      Problems{
+          R"(experiments[0].variants[2].component_of: "eager" is the baseline; a component is of a measured whole)"});
+  EXPECT_EQ(problems_after(with_part("")),
+            Problems{"experiments[0].variants[2].component_of: must not be empty"});
+  EXPECT_EQ(problems_after(with_part(3)),
+            Problems{"experiments[0].variants[2].component_of: expected string, got integer"});
+  // A component of a component, and a baseline that calls itself a component.
+  EXPECT_EQ(problems_after([&](json& r) {
+              with_part("fused")(r);
+              json deeper = variant(r, 0, 2);
+              deeper["name"] = "fused_part_part";
+              deeper["component_of"] = "fused_part";
+              r["experiments"][0]["variants"].push_back(deeper);
+            }),
+            Problems{R"(experiments[0].variants[3].component_of: "fused_part" is itself a component)"});
+  EXPECT_EQ(problems_after([](json& r) { variant(r, 0, 0)["component_of"] = "fused"; }),
+            Problems{"experiments[0].variants[0].component_of: the baseline cannot be a component"});
+}
+
 TEST(ValidateReport, RejectsPercentilesOutOfOrder) {
   EXPECT_EQ(problems_after([](json& r) { variant(r, 0, 0)["p20_ms"] = 0.03; }),
             Problems{"experiments[0].variants[0].p20_ms: must be <= median_ms (0.0251), got 0.03"});

@@ -185,6 +185,37 @@ TEST(RenderTables, SummaryJoinsPytorchForTheBestVariant) {
   // clang-format on
 }
 
+// A component (component_of: a stage left out) is shown with its numbers but is never the best,
+// never set against PyTorch, and the summary says what it is, once per family.
+TEST(RenderTables, AComponentIsNeverTheBestNorSetAgainstPytorch) {
+  json r = valid_report();
+  r["checks"] = json::array();
+  json part = variant("fused_update_only", 0.5, 22e6, 0, 4);
+  part["component_of"] = "fused";
+  r["experiments"] = {experiment("adam/bert-base", "per_tensor",
+                                 {variant("per_tensor", 2, 22e6, 0, 1), variant("fused", 0.6, 22e6, 0, 3.33),
+                                  variant("fused_master", 0.7, 22e6, 0, 2.86), part})};
+  json torch = r;
+  torch["meta"]["runner"] = "pytorch";
+  torch["experiments"] = {
+      experiment("adam/bert-base", "torch_eager",
+                 {variant("torch_eager", 1.2, 22e6, 0, 1), variant("torch_compile", 0.9, 22e6, 0, 1.33)})};
+  ASSERT_NO_THROW(require_valid_report(r, "the component report"));
+  const std::string md = render_tables({r, torch}, TableFormat::markdown);
+  // clang-format off
+  EXPECT_TRUE(contains(md,
+      "| bert-base | 2.00 | 0.600 | 3.33× | 37 | 1.2 | 0.700 | 2.86× | 31 | 1.1 | 0.500 | 4.00× | 44 | 1.5 | fused | 2.00× | 1.50× |\n"))
+      << md;
+  EXPECT_TRUE(contains(md,
+      "\n`fused_update_only` times a part of `fused`, not the whole operation: its speedup is not a result and "
+      "it is never the best; `fused` minus it is the time of what it leaves out.\n"))
+      << md;
+  // In the details, its "vs torch" cells are empty; the whole variant's are not.
+  EXPECT_TRUE(contains(md, "| fused_update_only | 0.500 | 0.500–0.500 | 44 | 1.5 | — | 4.00× | — | — |\n")) << md;
+  EXPECT_TRUE(contains(md, "| fused | 0.600 | 0.600–0.600 | 37 | 1.2 | — | 3.33× | 2.00× | 1.50× |\n")) << md;
+  // clang-format on
+}
+
 // What the "vs torch" numbers are against: the PyTorch variants' distinct notes, once, under the
 // summary of the report they join (not under the PyTorch report's own, which has no such columns).
 TEST(RenderTables, SummarySaysWhatThePytorchVariantsNote) {

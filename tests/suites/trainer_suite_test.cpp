@@ -67,9 +67,10 @@ TEST(TrainerSuite, BaselineAndVariants) {
   const SuiteSpec s = trainer_suite(SuiteOptions{false});
   for (const ExperimentSpec& e : s.experiments) {
     EXPECT_EQ(e.baseline, "per_tensor") << e.name;
-    ASSERT_EQ(e.variants.size(), 5u) << e.name;
-    const char* want[] = {"per_tensor", "multi_tensor", "fused", "fused_master", "fused_bf16_sr"};
-    for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(e.variants[i].name, want[i]) << e.name;
+    ASSERT_EQ(e.variants.size(), 6u) << e.name;
+    const char* want[] = {"per_tensor",   "multi_tensor",  "fused",
+                          "fused_master", "fused_bf16_sr", "fused_update_only"};
+    for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(e.variants[i].name, want[i]) << e.name;
   }
 }
 
