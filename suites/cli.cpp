@@ -260,7 +260,10 @@ int cmd_run(const RunOptions& options, const std::filesystem::path& reports_dir,
   for (const std::string& n : result.not_run) out << "not run: " << n << "\n";
   out << "reports: " << result.reports.size() << " written to " << result.out_dir.string()
       << "; checks: " << result.checks - result.failed_checks << " passed, " << result.failed_checks
-      << " failed" << (options.skip_checks ? " (--no-checks: the reports keep their earlier ones)" : "")
+      << " failed"
+      << (result.kept_checks > 0 ? " (" + std::to_string(result.kept_checks) +
+                                       " report(s) kept their earlier checks: --keep-checks)"
+                                 : std::string())
       << "\n";
   if (!result.device_lost.empty()) out << "device lost " << result.device_lost << "\n";
   if (!result.stopped_by.empty()) out << "incomplete: " << result.stopped_by << "\n";
@@ -344,9 +347,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
          "N from the start; what was not started is listed in the report's not_run (exit 3)")
       ->check(CLI::PositiveNumber);
   run->add_option("--reports-dir", reports_dir, "committed reports, for tables when no GPU is present");
-  run->add_flag("--no-checks", run_options.skip_checks,
-                "time only, run no check: each selected suite's report must be in the output folder, "
-                "and the filtered run merges into it, keeping its checks (resuming an incomplete suite)")
+  run->add_flag("--keep-checks", run_options.keep_checks,
+                "a suite whose report (merged into) holds complete checks of this build keeps them "
+                "instead of running them again; the others run theirs (resuming an incomplete suite)")
       ->needs(run_filter);
 
   std::vector<std::string> table_inputs;

@@ -560,6 +560,23 @@ void require_mergeable(const nlohmann::json& old, const nlohmann::json& meta, co
            (meta.at("quick").get<bool>() ? "--quick" : "full"));
 }
 
+std::string checks_not_keepable(const nlohmann::json& old) {
+  const std::string family_prefix = "checks/" + old.at("suite").get<std::string>() + "/";
+  for (const auto& c : old.at("checks")) {
+    const std::string name = c.at("name").get<std::string>();
+    if (!c.at("passed").get<bool>() && name.rfind(family_prefix, 0) == 0)
+      return "a check family failed (" + name + ")";
+  }
+  const nlohmann::json& meta = old.at("meta");
+  const nlohmann::json parts = meta.value("parts", nlohmann::json::array({meta}));
+  for (const auto& part : parts) {
+    const auto filter = part.find("filter");
+    const auto ran = part.find("checks_run");
+    if ((filter == part.end() || filter->is_null()) && (ran == part.end() || *ran != false)) return "";
+  }
+  return "no part of the report ran them unfiltered";
+}
+
 nlohmann::json merge_reports(const nlohmann::json& old, const nlohmann::json& fresh) {
   nlohmann::json doc = fresh;
   // Experiments this run attempted (measured or failed) replace the old ones of that name.
@@ -706,9 +723,9 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
   const std::vector<SuiteSpec> all = all_suites(SuiteOptions{options.quick});
   const std::vector<const SuiteSpec*> selected = select_suites(all, options.suites);
   const std::regex re = compile_filter(options.filter);
-  SEQBENCH_REQUIRE(!options.skip_checks || !options.filter.empty(),
-                   "--no-checks needs a non-empty --filter: a run without one replaces the suite's report, "
-                   "which would then hold no checks");
+  SEQBENCH_REQUIRE(!options.keep_checks || !options.filter.empty(),
+                   "--keep-checks needs a non-empty --filter: a run without one replaces the suite's report, "
+                   "so there are no checks to keep");
   RunResult result;
   result.out_dir = options.out_dir;
   if (!result.out_dir.empty()) prepare_out_dir(result.out_dir);  // before the (slow) probe
@@ -739,7 +756,6 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
     meta["quick"] = options.quick;
     meta["filter"] = options.filter.empty() ? nlohmann::json(nullptr) : nlohmann::json(options.filter);
     meta["repetitions"] = options.repetitions;
-    meta["checks_run"] = !options.skip_checks;
     meta["timer_policy"] = {
         {"name", options.quick ? "quick" : "default"}, {"warmup_runs", policy.warmup_runs},
         {"min_samples", policy.min_samples},           {"max_samples", policy.max_samples},
@@ -751,7 +767,6 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
                                 {"source_hash", meta["source_hash"]},
                                 {"filter", meta["filter"]},
                                 {"quick", options.quick},
-                                {"checks_run", !options.skip_checks},
                                 {"copy_gbps", copy_gbps ? nlohmann::json(*copy_gbps) : nullptr}}});
     return meta;
   };
@@ -786,14 +801,6 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
             << aside.string() << "\n";
       }
     }
-    // --no-checks keeps the checks of the report it merges into, so that report must be there.
-    if (options.skip_checks)
-      for (const SuiteSpec* suite : selected)
-        SEQBENCH_REQUIRE((suite->needs_gpu && !gpu) || existing.count(suite->name) > 0,  // else skipped
-                         "--no-checks keeps the checks of the report it merges into, and suite '"
-                             << suite->name << "' has none readable at '"
-                             << (result.out_dir / (suite->name + ".json")).string()
-                             << "': run it without --no-checks");
   }
 
   std::unique_ptr<GpuTimer> timer;
@@ -849,15 +856,26 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       log << std::flush;
       continue;
     }
+    // --keep-checks: only checks that are the whole of this build's (the merge guarantees the build).
+    std::string keep_refused;
+    if (options.keep_checks) {
+      const auto it = existing.find(suite->name);
+      keep_refused = it == existing.end() || !it->second ? "no report to keep them from"
+                                                         : runner_detail::checks_not_keepable(*it->second);
+    }
+    const bool keep = options.keep_checks && keep_refused.empty();
     log << "suite '" << suite->name << "': " << experiments.size() << " experiment(s), checks "
-        << (options.skip_checks ? "skipped (--no-checks: the report's stay)" : "...") << "\n"
+        << (keep                  ? "kept from the report (--keep-checks)"
+            : options.keep_checks ? "... (not kept: " + keep_refused + ")"
+                                  : std::string("..."))
+        << "\n"
         << std::flush;
+    result.kept_checks += keep;
     bool checks_threw = false;
     std::vector<std::string> families_ran;
     const auto checks_start = std::chrono::steady_clock::now();
     std::vector<CheckResult> checks;
-    if (!options.skip_checks)
-      checks = suite_checks(*suite, gpu_usable, options.seed, re, &checks_threw, &families_ran);
+    if (!keep) checks = suite_checks(*suite, gpu_usable, options.seed, re, &checks_threw, &families_ran);
     if (lost_here && suite->gpu_checks) {
       CheckResult lost;
       lost.name = "checks/" + suite->name + "/gpu";
@@ -875,7 +893,7 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
       if (!c.passed && c.name.rfind("checks/", 0) == 0)
         log << "  FAILED " << c.name << ": " << c.detail << "\n";
     }
-    if (!options.skip_checks)
+    if (!keep)
       log << "  checks: " << checks.size() - failed << " passed, " << failed << " failed in "
           << fixed_decimals(
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - checks_start).count(), 1)
@@ -894,6 +912,8 @@ RunResult run_suites(const RunOptions& options, std::ostream& log) {
                    {"checks", nlohmann::json::array()}, {"skipped", nlohmann::json::array()}};
     for (const CheckResult& c : checks) report.base["checks"].push_back(check_to_json(c));
     report.base["meta"]["check_families"] = families_ran;  // what a merge may supersede "checks/" failures of
+    report.base["meta"]["checks_run"] = !keep;
+    report.base["meta"]["parts"].back()["checks_run"] = !keep;
     if (!accounting.empty()) report.base["accounting"] = accounting;
     for (const SkippedSuite& s : result.skipped)
       report.base["skipped"].push_back({{"suite", s.suite}, {"reason", s.reason}});

@@ -26,10 +26,11 @@ struct RunOptions {
   // Seconds from the start: an experiment starts only while what is left covers the longest one so
   // far (at least 10 s); the others are listed "not started: time budget". Empty: no limit.
   std::optional<double> budget_seconds;
-  // --no-checks: time only, run no check family. Only for a filtered run merging into each selected
-  // suite's report already in out_dir, whose checks stay (tools/gpu.sh's RUN_RESUME: a suite the
-  // last call left incomplete goes on without repeating checks it already ran on that build).
-  bool skip_checks = false;
+  // --keep-checks (needs a filter): a suite whose report in out_dir already holds complete checks
+  // of this build (some part ran them unfiltered, and no check family failed) keeps them instead
+  // of running them again; any other suite runs its checks as usual (tools/gpu.sh's RUN_RESUME: a
+  // suite the last call left incomplete goes on without repeating what it already checked).
+  bool keep_checks = false;
 };
 
 struct SkippedSuite {
@@ -43,6 +44,7 @@ struct RunResult {
   std::size_t checks = 0;
   std::size_t failed_checks = 0;
   std::size_t not_started = 0;  // experiments (or whole suites) the time budget kept from starting
+  std::size_t kept_checks = 0;  // suites whose report kept its earlier checks (--keep-checks)
   std::vector<std::string>
       not_run;              // "<suite>/<experiment>: <reason>", and whole suites as "<suite>: <reason>"
   std::string device_lost;  // non-empty: a sticky CUDA error ended the device ("after ...: error")

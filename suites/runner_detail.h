@@ -97,6 +97,13 @@ class StopSignalScope {
 void require_mergeable(const nlohmann::json& old, const nlohmann::json& meta, const std::string& suite,
                        const std::string& what);
 
+// Why --keep-checks may not keep the checks of `old` (a valid report that a filtered run merges
+// into, so of the same build); empty when it may. They must be whole: some part ran the check
+// families unfiltered (meta.parts, or meta where a report has none; a part without checks_run ran
+// them), and no family failed (a failed "checks/<suite>/..." entry: a family that threw, or a lost
+// device, reported none of its checks).
+std::string checks_not_keepable(const nlohmann::json& old);
+
 // `fresh` (a filtered run's report, meta.parts holding its one part) merged into `old`: experiments
 // this run measured or failed replace the old ones of that name; checks replace by name (and an
 // old "run/" failure of an experiment this run attempted goes); not_run entries of experiments the

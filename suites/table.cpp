@@ -603,9 +603,19 @@ void csv_report(std::string& out, const json& report, const TorchIndex& torch,
   for (const json& experiment : report.at("experiments")) {
     for (const json& variant : experiment.at("variants")) {
       const Row r = make_row(torch, columns, report, experiment, variant);
-      std::vector<std::string> fields = {
-          suite, device, csv(r.experiment), csv(r.params),      csv(r.variant), r.median,
-          r.p20, r.p80,  csv(r.gbps),       csv(r.pct_copy_bw), csv(r.tflops),  r.speedup};
+      std::vector<std::string> fields = {suite,
+                                         device,
+                                         csv(r.experiment),
+                                         csv(r.params),
+                                         csv(r.variant),
+                                         r.median,
+                                         r.p20,
+                                         r.p80,
+                                         csv(r.gbps),
+                                         csv(r.pct_copy_bw),
+                                         csv(r.tflops),
+                                         r.speedup,
+                                         csv(component_of(variant))};
       if (torch.any()) {
         fields.insert(fields.begin() + 2, runner);
         for (const Text& x : r.vs_torch) fields.push_back(csv(x));
@@ -631,9 +641,9 @@ std::string render_tables(const std::vector<json>& reports, TableFormat format) 
   const TorchIndex torch(reports);
   std::string out;
   if (format == TableFormat::csv) {
-    std::vector<std::string> header = {"suite",   "device",      "experiment", "params",
-                                       "variant", "median_ms",   "p20_ms",     "p80_ms",
-                                       "gbps",    "pct_copy_bw", "tflops",     "speedup"};
+    std::vector<std::string> header = {"suite",     "device",  "experiment",  "params", "variant",
+                                       "median_ms", "p20_ms",  "p80_ms",      "gbps",   "pct_copy_bw",
+                                       "tflops",    "speedup", "component_of"};
     const std::vector<std::string> columns = torch.all_columns();
     if (torch.any()) {
       header.insert(header.begin() + 2, "runner");

@@ -14,7 +14,9 @@
 // appearance: median ms, speedup over the baseline, and its GB/s, % copy BW and TFLOP/s columns,
 // each only where some row of the family has that rate. A variant an experiment lacks is "—".
 // With PyTorch reports, the "vs torch" columns (below) of each row's best (fastest) non-baseline
-// variant, preceded by a "best" column naming it when the family has several such variants. An
+// variant that is not a component (component_of), preceded by a "best" column naming it when the
+// family has several such variants; a component gets no "vs torch" cells, and a line under the
+// summary says what it times. CSV has a component_of column after speedup. An
 // experiment the runner left out (a failed run/<suite>/<exp>/<variant> check) is in no table. CSV gives one
 // RFC 4180 table (CRLF line ends, a single header row) whose rows carry the suite and device, so that several
 // reports become one table; it holds the variant rows only, since a second table in the same file would no

@@ -34,9 +34,9 @@
 #   RUN_RESUME=1 tools/gpu.sh ...           the run stage runs, of each suite whose report is already in
 #                                           reports/<device>/, only the experiments it lacks (not run,
 #                                           failed, or outside an earlier filter: tools/resume_filter.py)
-#                                           and merges them in, timings only (--no-checks: the report
-#                                           keeps the checks its first part ran); a complete one is not
-#                                           run again
+#                                           and merges them in (--keep-checks: the checks an earlier
+#                                           unfiltered part ran are kept, not run again, unless a check
+#                                           family failed); a complete one is not run again
 #   RUN_FILTER="RE" tools/gpu.sh ...        the run stage runs only what the ECMAScript regex RE selects
 #                                           (seqbench run --filter), merged into the suite's report
 #   TORCH_FILTER="RE" tools/gpu.sh ...      the torch stage measures only what the Python regex RE
@@ -454,8 +454,9 @@ else
         python3 tools/resume_filter.py - "$report" "$name" 2>>"$logs/run.log")
       case $? in
         0)
-          # --no-checks: the report already holds this build's checks (merge requires one build).
-          run_filter=(--filter "$pending" --no-checks)
+          # --keep-checks: the report's checks are this build's (a merge requires one build); the
+          # runner runs them anyway where they are not whole (seqbench run --help).
+          run_filter=(--filter "$pending" --keep-checks)
           echo "== $name: resumed, $(($(grep -o '|' <<<"$pending" | wc -l) + 1)) experiment(s) pending" >>"$logs/run.log"
           ;;
         3)

@@ -309,51 +309,55 @@ TEST_F(CliTest, FilteredRunRefusesAReportOfAnotherBuildAndLeavesItAlone) {
                           1, "it holds a full run, this run is --quick");
 }
 
-// --no-checks (tools/gpu.sh's RUN_RESUME): timings only, merged into the report that holds the checks.
-TEST_F(CliTest, NoChecksNeedsANonEmptyFilterAndTheReportToKeepChecksFrom) {
-  const auto out = dir_ / "out";
-  const std::vector<std::string> base = {"run",   "--suite",    "reference",     "--no-checks",
-                                         "--out", out.string(), "--reports-dir", (dir_ / "none").string()};
-  expect_one_line_error(cli(base), 2, "--no-checks");  // CLI11: it needs --filter
+// --keep-checks (tools/gpu.sh's RUN_RESUME): a filtered run keeps the report's checks when they are
+// whole (an unfiltered part ran them, no family failed), and runs them otherwise.
+TEST_F(CliTest, KeepChecksNeedsANonEmptyFilter) {
+  const std::vector<std::string> base = {"run",           "--suite",
+                                         "reference",     "--keep-checks",
+                                         "--out",         (dir_ / "out").string(),
+                                         "--reports-dir", (dir_ / "none").string()};
+  expect_one_line_error(cli(base), 2, "--keep-checks");  // CLI11: it needs --filter
   auto empty_filter = base;
   empty_filter.insert(empty_filter.end(), {"--filter", ""});
-  expect_one_line_error(cli(empty_filter), 1, "--no-checks needs a non-empty --filter");
-  auto no_report = base;
-  no_report.insert(no_report.end(), {"--filter", "softmax"});
-  const auto r = cli(no_report);
-  expect_one_line_error(r, 1, "suite 'reference' has none readable at");
-  EXPECT_NE(r.err.find((out / "reference.json").string()), std::string::npos) << r.err;
-  EXPECT_EQ(files_in(out), 0u);  // refused before anything ran
-  if (::seqbench::testing::gpu_absence_reason().empty()) return;
-  // Without a GPU a GPU suite is skipped as ever, not refused for the report it need not merge into.
-  const auto skipped = cli({"run", "--suite", "operators", "--filter", "softmax", "--no-checks", "--out",
-                            out.string(), "--reports-dir", (dir_ / "none").string()});
-  EXPECT_EQ(skipped.code, 0) << skipped.out << skipped.err;
-  EXPECT_NE(skipped.out.find("skipped: operators (needs a GPU"), std::string::npos) << skipped.out;
+  expect_one_line_error(cli(empty_filter), 1, "--keep-checks needs a non-empty --filter");
+  EXPECT_EQ(files_in(dir_ / "out"), 0u);  // refused before anything ran
 }
 
-TEST_F(CliTest, NoChecksRunsNoCheckAndTheMergedReportKeepsTheEarlierOnes) {
+TEST_F(CliTest, KeepChecksKeepsWholeChecksAndRunsThemWhereTheyAreNot) {
   if (build_info().git_sha == "unknown")
     GTEST_SKIP() << "this build's git sha is 'unknown' (no .git and no valid BUILD_STAMP: tools/stamp.sh), "
                     "and no merge accepts it";
   const auto out = dir_ / "out";
-  // The memory suite: CPU checks and an accounting, so a checkless run still writes its report.
+  // The memory suite: CPU checks and an accounting, so a run that keeps its checks still writes.
   const std::vector<std::string> base = {"run",   "--suite",    "memory",        "--quick",
                                          "--out", out.string(), "--reports-dir", (dir_ / "none").string()};
-  const auto first = cli(base);
-  ASSERT_EQ(first.code, 0) << first.out << first.err;
-  EXPECT_NE(first.out.find(" failed in "), std::string::npos) << first.out;  // the checks' seconds
+  auto keep = base;
+  keep.insert(keep.end(), {"--filter", "^memory/", "--keep-checks"});
+
+  // No report: nothing to keep, so the checks run (and say how long they took).
+  const auto fresh = cli(keep);
+  ASSERT_EQ(fresh.code, 0) << fresh.out << fresh.err;
+  EXPECT_NE(fresh.out.find("(not kept: no report to keep them from)"), std::string::npos) << fresh.out;
+  EXPECT_NE(fresh.out.find(" failed in "), std::string::npos) << fresh.out;
+  EXPECT_EQ(read_report(out / "memory.json")["meta"]["checks_run"], true);
+  // Its only part was filtered: its checks are not the whole, so they run again.
+  const auto filtered_only = cli(keep);
+  ASSERT_EQ(filtered_only.code, 0) << filtered_only.out << filtered_only.err;
+  EXPECT_NE(filtered_only.out.find("(not kept: no part of the report ran them unfiltered)"),
+            std::string::npos)
+      << filtered_only.out;
+
+  // After an unfiltered run they are kept: the same checks, none run, and the part says so.
+  ASSERT_EQ(cli(base).code, 0);
   const auto full = read_report(out / "memory.json");
   ASSERT_FALSE(full["checks"].empty());
-  EXPECT_EQ(full["meta"]["checks_run"], true);
-  auto timings = base;
-  timings.insert(timings.end(), {"--filter", "^memory/", "--no-checks"});
-  const auto r = cli(timings);
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("checks skipped (--no-checks"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find(" failed in "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("0 failed (--no-checks: the reports keep their earlier ones)"), std::string::npos)
-      << r.out;
+  const auto kept = cli(keep);
+  ASSERT_EQ(kept.code, 0) << kept.out << kept.err;
+  EXPECT_NE(kept.out.find("checks kept from the report (--keep-checks)"), std::string::npos) << kept.out;
+  EXPECT_EQ(kept.out.find(" failed in "), std::string::npos) << kept.out;
+  EXPECT_NE(kept.out.find("0 failed (1 report(s) kept their earlier checks: --keep-checks)"),
+            std::string::npos)
+      << kept.out;
   const auto merged = read_report(out / "memory.json");
   EXPECT_EQ(merged["checks"], full["checks"]);
   EXPECT_EQ(merged["meta"]["checks_run"], false);
@@ -361,18 +365,25 @@ TEST_F(CliTest, NoChecksRunsNoCheckAndTheMergedReportKeepsTheEarlierOnes) {
   EXPECT_EQ(merged["meta"]["parts"][0]["checks_run"], true);
   EXPECT_EQ(merged["meta"]["parts"][1]["checks_run"], false);
   EXPECT_EQ(merged["meta"]["check_families"], nlohmann::json::array());
-  // A suite with nothing but checks gets no new report from it: the old one stays byte for byte.
-  const std::vector<std::string> reference = {
-      "run",   "--suite",    "reference",     "--quick",
-      "--out", out.string(), "--reports-dir", (dir_ / "none").string()};
-  ASSERT_EQ(cli(reference).code, 0);
-  const std::string before = ::seqbench::testing::read_file(out / "reference.json");
-  auto reference_timings = reference;
-  reference_timings.insert(reference_timings.end(), {"--filter", "softmax", "--no-checks"});
-  const auto nothing = cli(reference_timings);
-  ASSERT_EQ(nothing.code, 0) << nothing.out << nothing.err;
-  EXPECT_NE(nothing.out.find("matches the filter; no report"), std::string::npos) << nothing.out;
-  EXPECT_EQ(::seqbench::testing::read_file(out / "reference.json"), before);
+
+  // A failed family (one that threw: it reported none of its checks) is not kept: the checks run
+  // again, and the family's fresh run supersedes the failure.
+  auto doc = read_json(out / "memory.json");
+  doc["checks"].push_back({{"name", "checks/memory/cpu"},
+                           {"passed", false},
+                           {"max_abs_err", 0},
+                           {"max_rel_err", 0},
+                           {"tolerance", 0},
+                           {"detail", "threw: out of memory"}});
+  write_json_atomic(out / "memory.json", doc);
+  const auto after_failure = cli(keep);
+  ASSERT_EQ(after_failure.code, 0) << after_failure.out << after_failure.err;
+  EXPECT_NE(after_failure.out.find("(not kept: a check family failed (checks/memory/cpu))"),
+            std::string::npos)
+      << after_failure.out;
+  const auto rechecked = read_report(out / "memory.json");
+  EXPECT_EQ(rechecked["checks"], full["checks"]);
+  EXPECT_EQ(rechecked["meta"]["checks_run"], true);
 }
 
 TEST_F(CliTest, AnUnreadableReportIsMovedAsideNotMergedOrLost) {

@@ -610,6 +610,34 @@ nlohmann::json runner_report(const std::string& filter, bool quick = false) {
   return r;
 }
 
+// --keep-checks keeps a report's checks only when an unfiltered part ran them and no family failed.
+TEST(RunnerMerge, ChecksAreKeepableOnlyWhenWhole) {
+  EXPECT_EQ(runner_detail::checks_not_keepable(runner_report("")), "");
+  EXPECT_EQ(runner_detail::checks_not_keepable(runner_report("x")),
+            "no part of the report ran them unfiltered");
+  // An unfiltered part that kept earlier checks did not run them; a later part's filter is irrelevant.
+  nlohmann::json kept = runner_report("");
+  kept["meta"]["parts"][0]["checks_run"] = false;
+  EXPECT_EQ(runner_detail::checks_not_keepable(kept), "no part of the report ran them unfiltered");
+  nlohmann::json two = runner_report("");
+  two["meta"]["parts"].push_back({{"filter", "x"}, {"checks_run", false}});
+  EXPECT_EQ(runner_detail::checks_not_keepable(two), "");
+  // A report older than meta.parts: its meta is its one part.
+  nlohmann::json old = runner_report("");
+  old["meta"].erase("parts");
+  EXPECT_EQ(runner_detail::checks_not_keepable(old), "");
+  old["meta"]["filter"] = "x";
+  EXPECT_EQ(runner_detail::checks_not_keepable(old), "no part of the report ran them unfiltered");
+  // A failed family of this suite; a failed ordinary check or another prefix does not count.
+  nlohmann::json failed = runner_report("");
+  failed["checks"][0]["passed"] = false;
+  failed["checks"][0]["name"] = "run/layernorm/layernorm_fwd/fused";
+  EXPECT_EQ(runner_detail::checks_not_keepable(failed), "");
+  failed["checks"][0]["name"] = "checks/layernorm/gpu/softmax";
+  EXPECT_EQ(runner_detail::checks_not_keepable(failed),
+            "a check family failed (checks/layernorm/gpu/softmax)");
+}
+
 TEST(RunnerMerge, RefusesAnotherSuiteDeviceShaOrQuickSetting) {
   const nlohmann::json old = runner_report("");
   const nlohmann::json meta = runner_report("x")["meta"];

@@ -213,6 +213,10 @@ TEST(RenderTables, AComponentIsNeverTheBestNorSetAgainstPytorch) {
   // In the details, its "vs torch" cells are empty; the whole variant's are not.
   EXPECT_TRUE(contains(md, "| fused_update_only | 0.500 | 0.500–0.500 | 44 | 1.5 | — | 4.00× | — | — |\n")) << md;
   EXPECT_TRUE(contains(md, "| fused | 0.600 | 0.600–0.600 | 37 | 1.2 | — | 3.33× | 2.00× | 1.50× |\n")) << md;
+  // CSV names the whole in its component_of column (empty for a whole variant).
+  const std::string csv = render_tables({r, torch}, TableFormat::csv);
+  EXPECT_TRUE(contains(csv, ",fused_update_only,0.500,0.500,0.500,44,1.5,,4.00,fused,,\r\n")) << csv;
+  EXPECT_TRUE(contains(csv, ",fused,0.600,0.600,0.600,37,1.2,,3.33,,2.00,1.50\r\n")) << csv;
   // clang-format on
 }
 
@@ -433,12 +437,12 @@ TEST(RenderTables, CsvWithPytorchAddsRunnerAndSpeedupColumns) {
   json mine = valid_report();
   // clang-format off
   const std::string expected =
-      "suite,device,runner,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup,vs_torch_eager,vs_torch_compile,vs_torch_fused\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,seqbench,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",eager,0.0251,0.0249,0.0254,669,22.7,,1.00,1.24,0.49,2.00\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,seqbench,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",fused,0.00620,0.00610,0.00630,2707,91.8,,4.05,5.00,2.00,8.10\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,pytorch,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",torch_eager,0.0310,0.0300,0.0320,541,18.4,,1.00,,,\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,pytorch,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",torch_compile,0.0124,0.0123,0.0125,1353,45.9,,2.50,,,\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,pytorch,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",torch_fused,0.0502,0.0500,0.0510,334,11.3,,0.62,,,\r\n";
+      "suite,device,runner,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup,component_of,vs_torch_eager,vs_torch_compile,vs_torch_fused\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,seqbench,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",eager,0.0251,0.0249,0.0254,669,22.7,,1.00,,1.24,0.49,2.00\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,seqbench,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",fused,0.00620,0.00610,0.00630,2707,91.8,,4.05,,5.00,2.00,8.10\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,pytorch,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",torch_eager,0.0310,0.0300,0.0320,541,18.4,,1.00,,,,\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,pytorch,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",torch_compile,0.0124,0.0123,0.0125,1353,45.9,,2.50,,,,\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,pytorch,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",torch_fused,0.0502,0.0500,0.0510,334,11.3,,0.62,,,,\r\n";
   // clang-format on
   EXPECT_EQ(render_tables({mine, torch_report()}, TableFormat::csv), expected);
 }
@@ -515,12 +519,12 @@ TEST(RenderTables, MarkdownGolden) {
 TEST(RenderTables, CsvGolden) {
   // clang-format off
   const std::string expected =
-      "suite,device,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",eager,0.0251,0.0249,0.0254,669,22.7,,1.00\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",fused,0.00620,0.00610,0.00630,2707,91.8,,4.05\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,gemm,\"m=8192, note=a \"\"b\"\", c|d, tf32=false\",cublas,1.39,1.38,1.41,,,791,1.00\r\n"
-      "layernorm,NVIDIA H100 80GB HBM3,gemm,\"m=8192, note=a \"\"b\"\", c|d, tf32=false\",\"tuned, \"\"v2\"\"\",1235,12.3,2000,,,0.000891,0.00\r\n"
-      "softmax,no GPU,softmax_ref,,eager,3.00,3.00,3.00,0,,,1.00\r\n";
+      "suite,device,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup,component_of\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",eager,0.0251,0.0249,0.0254,669,22.7,,1.00,\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,layernorm_fwd,\"cols=1024, dtype=bf16, rows=4096\",fused,0.00620,0.00610,0.00630,2707,91.8,,4.05,\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,gemm,\"m=8192, note=a \"\"b\"\", c|d, tf32=false\",cublas,1.39,1.38,1.41,,,791,1.00,\r\n"
+      "layernorm,NVIDIA H100 80GB HBM3,gemm,\"m=8192, note=a \"\"b\"\", c|d, tf32=false\",\"tuned, \"\"v2\"\"\",1235,12.3,2000,,,0.000891,0.00,\r\n"
+      "softmax,no GPU,softmax_ref,,eager,3.00,3.00,3.00,0,,,1.00,\r\n";
   // clang-format on
   EXPECT_EQ(render_tables({gpu_report(), cpu_report()}, TableFormat::csv), expected);
 }
@@ -542,9 +546,9 @@ TEST(RenderTables, ReportWithoutExperimentsOrChecks) {
             "No timed experiments.\n"
             "\n"
             "Checks: none.\n");
-  EXPECT_EQ(
-      render_tables({r}, TableFormat::csv),
-      "suite,device,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup\r\n");
+  EXPECT_EQ(render_tables({r}, TableFormat::csv),
+            "suite,device,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup,"
+            "component_of\r\n");
 }
 
 // Checks with named values (the trainer suite's drift study) get a table of their own, passed or
@@ -586,9 +590,9 @@ TEST(RenderTables, ChecksWithValuesGetATableOfTheirOwn) {
 
 TEST(RenderTables, NoReportsGiveNoMarkdownAndAHeaderOnlyCsv) {
   EXPECT_EQ(render_tables({}, TableFormat::markdown), "");
-  EXPECT_EQ(
-      render_tables({}, TableFormat::csv),
-      "suite,device,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup\r\n");
+  EXPECT_EQ(render_tables({}, TableFormat::csv),
+            "suite,device,experiment,params,variant,median_ms,p20_ms,p80_ms,gbps,pct_copy_bw,tflops,speedup,"
+            "component_of\r\n");
 }
 
 TEST(RenderTables, RejectsAnInvalidReportByPosition) {

@@ -214,6 +214,23 @@ TEST(Targets, LimitsAreInclusiveWhereTheIssueSaysAtLeastAndStrictForFaster) {
   EXPECT_EQ(targets_exit_code(e), 1);
 }
 
+// A component variant (component_of: a stage left out) is no result: no target counts it, even
+// below every limit.
+TEST(Targets, AComponentVariantIsNeverACase) {
+  Inputs in = all_met();
+  json part = variant("fused_part", 10.0, 0.5);
+  part["component_of"] = "fused";
+  in.reports[0]["experiments"][0]["variants"].push_back(part);  // operators, large
+  part["component_of"] = "managed";
+  in.reports[2]["experiments"][0]["variants"].push_back(part);  // layers
+  const TargetsEvaluation e = evaluate_targets(in.reports, in.names);
+  EXPECT_EQ(target(e, "operators.copy_bw").verdict, TargetVerdict::met);
+  EXPECT_EQ(target(e, "operators.copy_bw").total, 1);
+  EXPECT_EQ(target(e, "operators.faster").total, 3);
+  EXPECT_EQ(target(e, "layers.faster").verdict, TargetVerdict::met);
+  EXPECT_EQ(target(e, "layers.faster").total, 3);
+}
+
 TEST(Targets, EveryMissIsListedWithItsValueAndTheLimit) {
   Inputs in = all_met();
   in.reports[0]["experiments"][0]["variants"][1] = variant("fused", 79.9, 1.5);
