@@ -369,12 +369,9 @@ TEST_F(CliTest, KeepChecksKeepsWholeChecksAndRunsThemWhereTheyAreNot) {
   // A failed family (one that threw: it reported none of its checks) is not kept: the checks run
   // again, and the family's fresh run supersedes the failure.
   auto doc = read_json(out / "memory.json");
-  doc["checks"].push_back({{"name", "checks/memory/cpu"},
-                           {"passed", false},
-                           {"max_abs_err", 0},
-                           {"max_rel_err", 0},
-                           {"tolerance", 0},
-                           {"detail", "threw: out of memory"}});
+  nlohmann::json family_failure = ::seqbench::testing::failed_check("checks/memory/cpu");
+  family_failure["detail"] = "threw: out of memory";
+  doc["checks"].push_back(family_failure);
   write_json_atomic(out / "memory.json", doc);
   const auto after_failure = cli(keep);
   ASSERT_EQ(after_failure.code, 0) << after_failure.out << after_failure.err;

@@ -732,12 +732,9 @@ TEST(RunnerMerge, AFilteredPartReplacesByNameAndKeepsTheRest) {
   old["experiments"].push_back(second);
   old["not_run"] =
       nlohmann::json::array({{{"experiment", "softmax_fwd"}, {"reason", "not started: time budget"}}});
-  old["checks"].push_back({{"name", "run/layernorm/layernorm_fwd/fused"},
-                           {"passed", false},
-                           {"max_abs_err", 0},
-                           {"max_rel_err", 0},
-                           {"tolerance", 0},
-                           {"detail", "not measured: out of memory"}});
+  nlohmann::json run_failure = testing::failed_check("run/layernorm/layernorm_fwd/fused");
+  run_failure["detail"] = "not measured: out of memory";
+  old["checks"].push_back(run_failure);
   nlohmann::json fresh = runner_report("layernorm_fwd|softmax_fwd");
   fresh["meta"]["timestamp"] = "2026-11-23T10:00:00Z";
   fresh["meta"]["parts"][0]["timestamp"] = "2026-11-23T10:00:00Z";

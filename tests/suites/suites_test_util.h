@@ -73,6 +73,15 @@ std::string error_message(F&& f) {
   return "<no seqbench::Error thrown>";
 }
 
+// A failed check of the schema's shape (errors and tolerance as given; no detail).
+inline nlohmann::json failed_check(const std::string& name, double error = 0, double tolerance = 0) {
+  return {{"name", name},
+          {"passed", false},
+          {"max_abs_err", error},
+          {"max_rel_err", error},
+          {"tolerance", tolerance}};
+}
+
 inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";

@@ -22,6 +22,7 @@ namespace {
 using nlohmann::json;
 using testing::contains;
 using testing::error_message;
+using testing::failed_check;
 
 constexpr double kCopyGbps = 3000.0;
 
@@ -32,15 +33,6 @@ json variant(const std::string& name, double pct_copy, double speedup, double by
   return {{"name", name}, {"samples", 10},     {"median_ms", ms},         {"p20_ms", ms},
           {"p80_ms", ms}, {"cv", 0.01},        {"bytes", bytes},          {"flops", 0},
           {"gbps", gbps}, {"tflops", nullptr}, {"pct_copy_bw", pct_copy}, {"speedup", speedup}};
-}
-
-// A failed check of the schema's shape (errors and tolerance as given).
-json failed_check(const std::string& name, double error = 0, double tolerance = 0) {
-  return {{"name", name},
-          {"passed", false},
-          {"max_abs_err", error},
-          {"max_rel_err", error},
-          {"tolerance", tolerance}};
 }
 
 json experiment(const std::string& name, json params, const std::string& baseline,
