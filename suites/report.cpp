@@ -333,7 +333,7 @@ CopyKnown validate_meta(Validator& v, const json& meta) {
   // tools/source_hash.sh of the build's tree (absent in older reports; null when unknown).
   v.string(meta, p, "source_hash", true, kOptionalNullable);
   v.string(meta, p, "filter", true, kOptionalNullable);
-  // false: a `seqbench run --no-checks` part, whose checks are those of the parts before it.
+  // false: a `seqbench run --keep-checks` part that kept the checks of the parts before it.
   v.get(meta, p, "checks_run", Kind::boolean, kOptional);
   v.integer(meta, p, "repetitions", Bound::positive, kOptional);
   v.get(meta, p, "timer_policy", Kind::object, kOptional);
