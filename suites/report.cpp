@@ -779,6 +779,11 @@ std::string report_device_name(const json& meta) {
   return device.is_null() ? "no GPU" : device.at("name").get<std::string>();
 }
 
+std::string report_component_of(const json& variant) {
+  const auto it = variant.find("component_of");
+  return it != variant.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 std::string report_short_sha(const json& meta) {
   const std::string sha = meta.at("git_sha").get<std::string>();
   return (sha == "unknown" ? sha : sha.substr(0, 7)) + (meta.at("git_dirty").get<bool>() ? "-dirty" : "");

@@ -78,6 +78,9 @@ bool is_pytorch_report(const nlohmann::json& report);
 // meta.device.name, or "no GPU" for a run without one.
 std::string report_device_name(const nlohmann::json& meta);
 
+// A variant's component_of: the whole variant it times a part of; empty for a whole variant.
+std::string report_component_of(const nlohmann::json& variant);
+
 // The first 7 hex digits of meta.git_sha ("unknown" as it is), with "-dirty" for a dirty tree.
 std::string report_short_sha(const nlohmann::json& meta);
 

@@ -55,12 +55,6 @@ std::string torch_label(const std::string& variant) {
   return label;
 }
 
-// The whole variant a component variant times a part of; empty for a whole one.
-std::string component_of(const json& variant) {
-  const auto it = variant.find("component_of");
-  return it != variant.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // The PyTorch reports, indexed by (suite, device, experiment name): an experiment is compared only
 // with PyTorch measured on the same device. A name measured twice keeps the first report's. Numbers
 // of --quick shapes are never paired with full ones (where both sides say which they are).
@@ -126,7 +120,7 @@ class TorchIndex {
   std::vector<std::optional<Ratio>> speedups(const json& report, const json& experiment, const json& variant,
                                              const std::vector<std::string>& columns) const {
     std::vector<std::optional<Ratio>> out(columns.size());
-    if (is_pytorch_report(report) || !component_of(variant).empty())
+    if (is_pytorch_report(report) || !report_component_of(variant).empty())
       return out;  // a part is not set against torch
     const auto it =
         experiments_.find(key(report.at("suite").get<std::string>(), report_device_name(report.at("meta")),
@@ -318,7 +312,7 @@ const json* non_baseline_variant(const json& experiment, const std::string& name
 const json* best_variant(const json& experiment) {
   const json* best = nullptr;
   for (const json& v : experiment.at("variants"))
-    if (name_of(v) != baseline_of(experiment) && component_of(v).empty() &&
+    if (name_of(v) != baseline_of(experiment) && report_component_of(v).empty() &&
         (!best || v.at("median_ms").get<double>() < best->at("median_ms").get<double>()))
       best = &v;
   return best;
@@ -415,7 +409,7 @@ void md_summary(std::string& out, const json& report, const TorchIndex& torch,
   std::vector<std::pair<std::string, std::string>> components;
   for (const json* experiment : family.experiments)
     for (const json& v : experiment->at("variants"))
-      if (const std::string whole = component_of(v); !whole.empty()) {
+      if (const std::string whole = report_component_of(v); !whole.empty()) {
         const std::pair<std::string, std::string> pair{name_of(v), whole};
         if (std::find(components.begin(), components.end(), pair) == components.end())
           components.push_back(pair);
@@ -615,7 +609,7 @@ void csv_report(std::string& out, const json& report, const TorchIndex& torch,
                                          csv(r.pct_copy_bw),
                                          csv(r.tflops),
                                          r.speedup,
-                                         csv(component_of(variant))};
+                                         csv(report_component_of(variant))};
       if (torch.any()) {
         fields.insert(fields.begin() + 2, runner);
         for (const Text& x : r.vs_torch) fields.push_back(csv(x));

@@ -177,7 +177,7 @@ void add_copy_cases(Tally& tally, const json& report, double limit, Select selec
     const std::string baseline = experiment.at("baseline").get<std::string>();
     for (const json& variant : experiment.at("variants")) {
       const std::string name = variant.at("name").get<std::string>();
-      if (variant.contains("component_of") || !select(experiment, name, baseline))
+      if (!report_component_of(variant).empty() || !select(experiment, name, baseline))
         continue;  // a part is no result
       const json& pct = variant.at("pct_copy_bw");
       if (pct.is_null()) {
@@ -224,7 +224,7 @@ void add_faster_cases(Tally& tally, const json& report, Select select) {
     const std::string baseline = experiment.at("baseline").get<std::string>();
     for (const json& variant : experiment.at("variants")) {
       const std::string name = variant.at("name").get<std::string>();
-      if (name == baseline || variant.contains("component_of")) continue;  // a part is no result
+      if (name == baseline || !report_component_of(variant).empty()) continue;  // a part is no result
       const double speedup = variant.at("speedup").get<double>();
       tally.add(
           speedup > 1.0, speedup,
