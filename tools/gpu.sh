@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One call on a GPU machine does everything pending (DESIGN.md, "The GPU build-test-bench script"):
 #   1. configure and build in Release for the machine (sm_90 unless CUDA_ARCH says otherwise),
-#      through the offline bundle (.bundle/, from tools/bundle.sh) where packages are missing;
-#   2. run every ctest test (the gpu label included; not torch_cpu: the torch stage below runs
-#      that for real), then compute-sanitizer memcheck and
+#      through the offline bundle (.bundle/, from tools/bundle.sh) where packages are missing, what
+#      a carried .prebuilt (tools/prebuild.sh) does not already give;
+#   2. run the gpu-labelled ctest tests (the cpu ones are CI's), then compute-sanitizer memcheck and
 #      racecheck on the GPU test binaries where the tool and the machine support them;
 #   3. run the requested suites with --out reports/<device>/; then `seqbench dump --quick` of the
 #      suites the PyTorch runner maps (into build/gpu-dump/, not $OUT: it is large); then, where
@@ -26,11 +26,14 @@
 # logs.tar.tmp and a reports.tar.tmp beside them (5 files in all, in every stage combination).
 #
 #   tools/gpu.sh [--quick] [suite ...]      default: every suite
-#   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, dump, torch); a lease's
-#                                           call is limited to 10 minutes, so a full pass may take
-#                                           several calls: build/gpu stays while the machine is warm.
-#   TARGETS="seqbench" tools/gpu.sh ...     build only those targets (a call that only runs suites
-#                                           needs just `seqbench`: about half the translation units)
+#   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, dump, torch), run
+#                                           in that order; a lease's call is limited to 10 minutes, so a
+#                                           full pass takes several calls (the plan below)
+#   TARGETS="seqbench" tools/gpu.sh ...     build only those targets (default: what the call needs and
+#                                           .prebuilt does not give: seqbench, and seqbench_gpu_tests
+#                                           for the test and sanitize stages); TARGETS=seqbench still
+#                                           takes a fitting .prebuilt's seqbench, never its tests
+#   PREBUILT=0 tools/gpu.sh ...             ignore a carried .prebuilt (tools/prebuild.sh sets it)
 #   RUN_RESUME=1 tools/gpu.sh ...           the run stage runs, of each suite whose report is already in
 #                                           reports/<device>/, only the experiments it lacks (not run,
 #                                           failed, or outside an earlier filter: tools/resume_filter.py)
@@ -51,43 +54,49 @@
 # commit it), which cmake/WriteBuildInfo.cmake reads where git cannot answer. This script moves a
 # stamp whose source hash is not the tree's aside (BUILD_STAMP.stale) before it builds, and says so.
 #
-# A lease is 30 device-minutes in calls of at most 10, and a machine is released 30 s after a call,
-# so plan on every call starting bare (a fresh build each time; carry .bundle every time). Ignored
-# folders do not outlive a session: make .bundle (tools/bundle.sh) first, commit, and start
-# tools/prebuild.sh in the background on the CPU machine before call 1 (it builds `seqbench` into
-# .prebuilt/ in about 10 minutes on 2 cores and costs no device time); calls 2-4 below, carrying
-# .prebuilt as well, then skip their build when that binary fits (same sources, runs there; the
-# summary's build line says which, or why not):
-#   1. STAGES="build test sanitize" tools/gpu.sh                 all gpu tests (the first results),
-#      then compute-sanitizer on the same build while the call lasts (the simt build, the device
-#      code on the CPU, is left out here: -DSEQBENCH_SIMT=OFF; CI runs it)
-#   2. STAGES="build run" TARGETS=seqbench tools/gpu.sh device operators
-#   3. STAGES="build run" TARGETS=seqbench RUN_RESUME=1 tools/gpu.sh operators trainer layers
-#      (RUN_RESUME=1: a suite that call 2 left incomplete continues where it stopped; a complete one
-#      costs nothing)
-#   4. STAGES="build dump torch" TARGETS=seqbench tools/gpu.sh layers  (then trainer, operators in
-#      parts with TORCH_FILTER: torch.compile costs seconds per experiment; a part that runs out of
-#      budget lists what it did not start, and the summary says "incomplete"). The torch side must
-#      use the --quick setting of the C++ reports it is joined with (steps 2-3 are full, so no
-#      --quick here): quick experiments have other names and shapes, and `seqbench table` leaves a
-#      quick-against-full "vs torch" cell empty. The parity dump is always of quick shapes (numerics,
-#      not timing), whatever the setting.
-#      The parts merge into one report only when built from one git sha and the same sources
-#      (meta.source_hash, tools/source_hash.sh at build time; where a part has none, no part may be
-#      dirty): use one .prebuilt for all of them, or unpack each part's reports.tar into the tree
-#      without committing until the suite is complete (reports/ does not count as dirty; a commit
-#      or a source change between builds does, and the runner and merge.py refuse to mix)
-#   5. STAGES="build sanitize" tools/gpu.sh                      when minutes remain and call 1
-#      did not reach every sanitizer run
-# Unpack each call's reports.tar into the tree (calls 3-4 resume and join what is there), and commit
+# A task's device time is 15 minutes in all (900 s, earlier tries at the same work counted in): the
+# machine's start (a minute or more), every call, every idle wait and the give-back count; no
+# machine starts with under 4 minutes left, a call runs at most 10 minutes, and a machine goes back
+# 30 s after a call. So a task gets one start and two calls back to back: about 560 s, then what
+# is left (~150-200 s). Nothing is built there that can be built here, and no stage runs there
+# that needs no GPU (the cpu tests, the reference suite: CI and the CPU machine run those).
+# Ignored folders do not outlive a session. On the CPU machine, before call 1:
+#   - tools/bundle.sh (.bundle: the packages a fallback build there needs), commit, then
+#     tools/prebuild.sh (about 12 minutes on 2 cores, no device time: seqbench and the gpu tests
+#     into .prebuilt/; it prints the size a call carries, under the 64 MiB limit), then tools/stamp.sh;
+#   - the device `status`: budget_left_s is what the calls below share.
+# Every call carries .bundle and .prebuilt; the summary's build lines say that nothing was built, or
+# what was and why (a prebuilt part that is stale or does not run there is built there instead).
+#   1. STAGES="build test run" CALL_BUDGET=560 tools/gpu.sh device trainer layers memory operators
+#      (run's timeout_s 600): the gpu tests (the first results), then the suites in that order, each
+#      with what is left, so that the small ones finish and the largest (operators: 308 experiments,
+#      750 variants) is the one a short budget leaves incomplete (its report lists not_run);
+#   2. at once, while the machine is warm: STAGES="build run sanitize" RUN_RESUME=1
+#      CALL_BUDGET=$((budget_left_s - 60)) tools/gpu.sh device trainer layers memory operators:
+#      RUN_RESUME=1 runs only the experiments the reports lack (tools/resume_filter.py; --keep-checks
+#      keeps checks an unfiltered part ran whole), a complete suite costs nothing, then
+#      compute-sanitizer memcheck and racecheck on the gpu tests with what is left (kernels first).
+#      Then give_back.
+# The PyTorch side (STAGES="build dump torch", issue #6: torch.compile costs seconds an experiment)
+# does not fit beside the suites in one task; a later task's calls run it, TORCH_FILTER in parts,
+# with a .prebuilt of the same sources: its reports join these when their meta.source_hash is the
+# same (tools/source_hash.sh covers the sources, not reports/ or tests/), so commit only reports/
+# between the two. The parity dump is always of quick shapes (numerics, not timing); the torch
+# side must use the --quick setting of the C++ reports it is joined with (both full here): quick
+# experiments have other names and shapes, and `seqbench table` leaves a quick-against-full
+# "vs torch" cell empty.
+# The parts of a suite merge into one report only when built from one git sha and the same sources
+# (meta.source_hash, tools/source_hash.sh at build time; where a part has none, no part may be
+# dirty): use one .prebuilt for every call, or unpack each part's reports.tar into the tree without
+# committing until the suite is complete (reports/ does not count as dirty; a commit or a source
+# change between builds does, and the runner and merge.py refuse to mix).
+# Unpack each call's reports.tar into the tree (call 2 resumes what is there), and commit
 # reports/<device>/ only after the last call: a commit changes HEAD, and a call that then falls back
 # to building (its .prebuilt refused) records the new sha, whose reports no earlier part merges with.
-# Budget: each call also costs its start (1-2 min) and the 30 s the machine stays warm, so four full
-# calls do not fit 30 device-minutes. Before each call read the device `status` and pass
-# CALL_BUDGET = min(560, budget_left_s - 150): a call the tool cuts short loses what this script had
-# not yet packed into $OUT. Name on every call the kind the first call got (the reply's `device`):
-# a call that falls back to the other kind writes another reports/<device>/ folder, which neither
-# resumes nor joins the first one's.
+# Pass each call's CALL_BUDGET from the device's budget_left_s as above: a call the tool cuts short
+# loses what this script had not yet packed into $OUT. Name on every call the kind the first call
+# got (the reply's `device`): a call that falls back to another kind writes another reports/<device>/
+# folder, which neither resumes nor joins the first one's.
 #
 # A failing stage is reported in the summary and the later stages still run: a build with errors
 # keeps going (ninja -k 0) and the stages use whatever was built; each suite runs in its own
@@ -211,21 +220,32 @@ checkpoint
 
 build=build/gpu
 bin=$build/suites/seqbench
-# A run-only call (TARGETS=seqbench) may skip its build: tools/prebuild.sh builds `seqbench` on a
-# machine without a GPU, with this script's own build stage, into .prebuilt/ (carry it). It is used
-# (only the build stage looks for it) only when it was built from these very sources
-# (tools/source_hash.sh: the C++ sources, this script, the PyTorch runner), for this architecture, and
-# runs here and sees the device; otherwise the call builds as usual and the summary says why. It is
-# run through .prebuilt/run-seqbench, never copied into build/gpu, so ninja cannot take it for its own.
+# The gpu tests this call runs (test and sanitize stages): the build's, or the prebuilt pack's.
+test_dir=$build
+test_env=()
+tests_wanted=false
+[[ "$stages" == *" test "* || "$stages" == *" sanitize "* ]] && tests_wanted=true
+# A call may skip its build: tools/prebuild.sh builds `seqbench` and the gpu tests on a machine
+# without a GPU, with this script's own build stage, into .prebuilt/ (carry it). Each part is used
+# (only the build stage looks for them) only when it was built from these very sources
+# (tools/source_hash.sh: the C++ sources, this script, the PyTorch runner; with --with-tests, tests/
+# as well, for the tests), for this architecture, and runs here (seqbench: and sees the device);
+# whatever is not used is built here, and the summary says why. seqbench is run through
+# .prebuilt/run-seqbench, never copied into build/gpu, so ninja cannot take it for its own; the tests
+# are unpacked into build/gpu-tests (a relocatable ctest folder, tools/pack_tests.py).
+# PREBUILT=0 ignores a carried .prebuilt (tools/prebuild.sh itself sets it).
 prebuilt=.prebuilt
+prebuilt_tests=build/gpu-tests
 use_prebuilt() {
   local info
-  if [ ! -e "$prebuilt/seqbench" ]; then
+  if [ "${PREBUILT:-1}" = 0 ]; then
+    pre_why="not used (PREBUILT=0)"
+  elif [ ! -e "$prebuilt/seqbench" ]; then
     pre_why="none carried"
   elif [ ! -x "$prebuilt/seqbench" ] || [ ! -x "$prebuilt/run-seqbench" ]; then
     pre_why="not executable here (the copy lost its exec bit?)"
-  elif [ "${TARGETS:-}" != seqbench ]; then
-    pre_why="not used: this call builds ${TARGETS:-every target}, not just seqbench"
+  elif [ -n "${TARGETS:-}" ] && [ "$TARGETS" != seqbench ]; then
+    pre_why="not used: this call builds $TARGETS"
   elif [ "$(cat "$prebuilt/SOURCE_HASH" 2>/dev/null)" != "$(tools/source_hash.sh)" ]; then
     pre_why="stale: built from other sources than these"
   elif [ "$(cat "$prebuilt/CUDA_ARCH" 2>/dev/null)" != "${CUDA_ARCH:-90}" ]; then
@@ -244,48 +264,109 @@ use_prebuilt() {
   [ -e "$prebuilt/seqbench" ] && step prebuilt "$pre_why"
   return 1
 }
+# The prebuilt gpu tests, once the prebuilt seqbench is in use (both come from one prebuild).
+use_prebuilt_tests() {
+  local probe
+  rm -rf "$prebuilt_tests"
+  if [ ! -f "$prebuilt/gpu-tests.tar.xz" ]; then
+    pre_tests_why="none in $prebuilt (made before tools/prebuild.sh packed the tests?)"
+  elif [ "$(cat "$prebuilt/TESTS_HASH" 2>/dev/null)" != "$(tools/source_hash.sh --with-tests)" ]; then
+    pre_tests_why="stale: the tests changed since they were built"
+  elif ! { mkdir -p "$prebuilt_tests" &&
+           if command -v xz >/dev/null 2>&1; then
+             tar -xJf "$prebuilt/gpu-tests.tar.xz" -C "$prebuilt_tests"
+           else
+             python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+               "$prebuilt/gpu-tests.tar.xz" "$prebuilt_tests"
+           fi; } >"$logs/prebuilt-tests-probe.log" 2>&1; then
+    pre_tests_why="could not be unpacked: $(grep -m1 . "$logs/prebuilt-tests-probe.log" || echo "no message")"
+  elif ! probe=$(find "$prebuilt_tests/bin" -maxdepth 1 -type f -perm -u+x | LC_ALL=C sort | head -n 1) ||
+       [ -z "$probe" ] || [ ! -f "$prebuilt_tests/CTestTestfile.cmake" ]; then
+    pre_tests_why="the pack holds no test binary or no CTestTestfile.cmake"
+  elif ! LD_BIND_NOW=1 timeout -k 5 60 "${test_env[@]}" "$probe" --gtest_list_tests \
+         >>"$logs/prebuilt-tests-probe.log" 2>&1; then
+    pre_tests_why="do not run here: $(basename "$probe"): $(grep -m1 -v '^$' "$logs/prebuilt-tests-probe.log" || echo "no message")"
+  else
+    pre_tests_why="prebuilt ($(find "$prebuilt_tests/bin" -type f | wc -l) binaries, $(grep -c '^add_test' "$prebuilt_tests/CTestTestfile.cmake") tests)"
+    return 0
+  fi
+  rm -rf "$prebuilt_tests"
+  return 1
+}
+# What this call builds: TARGETS where given; otherwise what it needs and no prebuilt part gives it:
+# seqbench, and the gpu tests (seqbench_gpu_tests) for the test and sanitize stages. The cpu tests
+# are CI's: a lease's minutes are kept for what needs the GPU.
+build_targets=()
 if ! want build; then
   step build "$why"
-elif use_prebuilt; then
-  bin=$PWD/$prebuilt/run-seqbench
-  step build "$pre_why"
-elif ! timeout -k "$kill_grace" "$(within 120)" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-     -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DSEQBENCH_PTXAS_VERBOSE=ON -DSEQBENCH_SIMT=OFF \
-     >"$logs/configure.log" 2>&1; then
-  step configure FAILED; tail -n 40 "$logs/configure.log"; checkpoint; printf '%s\n' "${summary[@]}"; exit 1
-elif timeout -k "$kill_grace" "$(left)" cmake --build "$build" -j "$(nproc)" ${TARGETS:+--target $TARGETS} -- -k 0 \
-     >"$logs/build.log" 2>&1; then
-  step build ok
-elif timed_out $?; then
-  step build "TIMED OUT (call budget; see build.log)"
 else
-  # Keep going with what did build: one broken file must not cost every test and suite.
-  step build "FAILED ($(grep -c '^FAILED: ' "$logs/build.log") target(s), see build.log; continuing)"
-  grep -A 12 '^FAILED: ' "$logs/build.log" | head -n 60
+  if use_prebuilt; then
+    bin=$PWD/$prebuilt/run-seqbench
+    step build "seqbench: $pre_why"
+    if [ -z "${TARGETS:-}" ] && $tests_wanted; then
+      test_env=(env "LD_LIBRARY_PATH=$PWD/$prebuilt/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+      if use_prebuilt_tests; then
+        test_dir=$prebuilt_tests
+      else
+        test_env=()
+        build_targets=(seqbench_gpu_tests)
+      fi
+      step "build (gpu tests)" "$pre_tests_why"
+    fi
+  elif [ -n "${TARGETS:-}" ]; then
+    read -r -a build_targets <<<"$TARGETS"
+  else
+    build_targets=(seqbench)
+    $tests_wanted && build_targets+=(seqbench_gpu_tests)
+  fi
+  if [ ${#build_targets[@]} -eq 0 ]; then
+    :
+  elif ! timeout -k "$kill_grace" "$(within 120)" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DSEQBENCH_PTXAS_VERBOSE=ON -DSEQBENCH_SIMT=OFF \
+       >"$logs/configure.log" 2>&1; then
+    step configure FAILED; tail -n 40 "$logs/configure.log"; checkpoint; printf '%s\n' "${summary[@]}"; exit 1
+  elif timeout -k "$kill_grace" "$(left)" cmake --build "$build" -j "$(nproc)" --target "${build_targets[@]}" -- -k 0 \
+       >"$logs/build.log" 2>&1; then
+    step build "ok (${build_targets[*]})"
+  elif timed_out $?; then
+    step build "TIMED OUT (call budget; see build.log)"
+  else
+    # Keep going with what did build: one broken file must not cost every test and suite.
+    step build "FAILED ($(grep -c '^FAILED: ' "$logs/build.log") target(s), see build.log; continuing)"
+    grep -A 12 '^FAILED: ' "$logs/build.log" | head -n 60
+  fi
 fi
 if [ ! -x "$bin" ]; then
   step seqbench "NOT BUILT: run, dump, torch and tables are skipped"
 fi
-# ptxas -v of every kernel this call compiled: registers, stack and spills a kernel, in ptxas.md
-# (tools/ptxas_report.py); a spill is named in the summary.
-if [ -f "$logs/build.log" ]; then
-  python3 tools/ptxas_report.py "$logs/build.log" --markdown "$logs/ptxas.md" >"$logs/ptxas-summary.txt" 2>&1
+# ptxas -v of every kernel: registers, stack and spills a kernel, in ptxas.md (tools/ptxas_report.py),
+# from this call's build, or else from the prebuilt binary's (its build.log); a spill is named in the
+# summary.
+ptxas_log=$logs/build.log
+ptxas_of=""
+if [ ! -f "$ptxas_log" ] && [ "$bin" = "$PWD/$prebuilt/run-seqbench" ] && [ -f "$prebuilt/build.log" ]; then
+  ptxas_log=$prebuilt/build.log
+  ptxas_of=" (the prebuilt build's)"
+fi
+if [ -f "$ptxas_log" ]; then
+  python3 tools/ptxas_report.py "$ptxas_log" --markdown "$logs/ptxas.md" >"$logs/ptxas-summary.txt" 2>&1
   case $? in
-    0) step ptxas "$(head -n 1 "$logs/ptxas-summary.txt")" ;;
-    1) step ptxas "SPILLS: $(head -n 1 "$logs/ptxas-summary.txt") (named below and in ptxas.md)" ;;
-    *) step ptxas "FAILED: $(tail -n 1 "$logs/ptxas-summary.txt")" ;;
+    0) step ptxas "$(head -n 1 "$logs/ptxas-summary.txt")$ptxas_of" ;;
+    1) step ptxas "SPILLS: $(head -n 1 "$logs/ptxas-summary.txt")$ptxas_of (named below and in ptxas.md)" ;;
+    *) step ptxas "FAILED: $(tail -n 1 "$logs/ptxas-summary.txt")$ptxas_of" ;;
   esac
   tail -n +2 "$logs/ptxas-summary.txt" | head -n 20
 fi
 checkpoint
 
 if want test; then
-  # -LE torch_cpu: the runner's torch code and its parity oracle on the CPU (minutes of the
-  # call's budget), which this machine's torch and seqbench dump stages run for real.
-  # The simt build is off here (-DSEQBENCH_SIMT=OFF above: CI runs it); --no-tests=error: a build
-  # that produced no tests is a failure, not "ok".
-  timeout -k "$kill_grace" "$(left)" ctest --test-dir "$build" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-300}" \
-    -LE torch_cpu --no-tests=error >"$logs/ctest.log" 2>&1
+  # -L gpu: the cpu tests (the simt build's included: -DSEQBENCH_SIMT=OFF above) are CI's, and the
+  # torch_cpu ones are what this machine's torch and seqbench dump stages run for real; a lease's
+  # minutes go to what needs the GPU. --no-tests=error: a build that produced no tests is a
+  # failure, not "ok". CTEST_JOBS (8): the tests' host references are most of their time, and the
+  # machine has 16 cores; the ones that time the GPU or take GBs of it are RUN_SERIAL.
+  timeout -k "$kill_grace" "$(left)" "${test_env[@]}" ctest --test-dir "$test_dir" --output-on-failure \
+    -j "${CTEST_JOBS:-8}" --timeout "${CTEST_TIMEOUT:-300}" -L gpu --no-tests=error >"$logs/ctest.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
     step ctest ok
@@ -312,15 +393,17 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
   san_start=$SECONDS
   # The binaries of the gpu-labelled tests (ctest's own list, so no CPU-only binary is sanitized
   # for nothing), kernels first, then layers, trainer and the rest: the budget may not reach them all.
-  mapfile -t san_bins < <(timeout -k 1 "$(within 60)" ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
+  mapfile -t san_bins < <(timeout -k 1 "$(within 60)" ctest --test-dir "$test_dir" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
 import json, sys
 seen = []
 for t in json.load(sys.stdin).get("tests", []):
     cmd = t.get("command") or []
     if cmd and cmd[0] not in seen:
         seen.append(cmd[0])
-order = ("/kernels/", "/layers/", "/trainer/")
-rank = lambda b: next((i for i, d in enumerate(order) if d in b), len(order))
+# By folder in a build (tests/kernels/...), by name in the prebuilt pack (bin/kernels_...).
+order = ("kernels", "layers", "trainer")
+rank = lambda b: next((i for i, d in enumerate(order) if f"/{d}/" in b or b.rsplit("/", 1)[-1].startswith(d + "_")),
+                      len(order))
 print("\n".join(sorted(seen, key=rank)))' 2>/dev/null)
   for test_bin in "${san_bins[@]}"; do
     [ -x "$test_bin" ] || continue
@@ -340,7 +423,7 @@ print("\n".join(sorted(seen, key=rank)))' 2>/dev/null)
       san_limit=${SANITIZE_TIMEOUT:-120}
       ((san_limit > $(left))) && san_limit=$(left)
       # The drift study's 18000 device steps repeat fused_optimizer_test's kernels: left out here.
-      timeout -k "$kill_grace" "$san_limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" \
+      timeout -k "$kill_grace" "$san_limit" "${test_env[@]}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$test_bin" \
         --gtest_filter='-DriftStudyGpu.*' >"$logs/sanitizer-run.log" 2>&1
       rc=$?
       cat "$logs/sanitizer-run.log" >>"$logs/sanitizer.log"
@@ -361,7 +444,7 @@ print("\n".join(sorted(seen, key=rank)))' 2>/dev/null)
   done
   rm -f "$logs/sanitizer-run.log"  # each run's output is in sanitizer.log too
   san_status="ok ($san_runs runs)"
-  [ "$san_runs" -eq 0 ] && san_status="NOTHING SANITIZED (no gpu test binary found in $build)"
+  [ "$san_runs" -eq 0 ] && san_status="NOTHING SANITIZED (no gpu test binary found in $test_dir)"
   [ -n "${san_refusal:-}" ] && san_status="NOT SUPPORTED here (compute-sanitizer: ${san_refusal}): stage stopped"
   [ ${#san_failed[@]} -gt 0 ] && san_status="FAILED: $(printf '%s; ' "${san_failed[@]}")"
   if [ ${#san_timed_out[@]} -gt 0 ]; then

@@ -5,8 +5,21 @@
 # tools/prebuild.sh records it beside a binary built here; tools/gpu.sh uses that binary on the GPU
 # machine only when the hash of the tree it was given is the same, so a prebuilt binary never
 # stands in for other code. It needs no git: the GPU machine's copy of the tree may come without one.
+#
+#   tools/source_hash.sh               the binary's sources (what reports record as meta.source_hash)
+#   tools/source_hash.sh --with-tests  the same and tests/: what the prebuilt gpu test binaries are
+#                                      built from (a change to a test alone leaves the reports'
+#                                      hash, and so their merges, as they were)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-find CMakeLists.txt CMakePresets.json cmake core kernels layers reference suites trainer tools/gpu.sh \
-  -name __pycache__ -prune -o -type f -print0 |
+paths=(CMakeLists.txt CMakePresets.json cmake core kernels layers reference suites trainer tools/gpu.sh)
+case "${1:-}" in
+  "") ;;
+  --with-tests) paths+=(tests) ;;
+  *)
+    echo "source_hash.sh: unknown option '$1' (want none or --with-tests)" >&2
+    exit 2
+    ;;
+esac
+find "${paths[@]}" -name __pycache__ -prune -o -type f -print0 |
   LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
