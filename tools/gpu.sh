@@ -58,21 +58,25 @@
 # machine's start (a minute or more), every call, every idle wait and the give-back count; no
 # machine starts with under 4 minutes left, a call runs at most 10 minutes, and a machine goes back
 # 30 s after a call. So a task gets one start and two calls back to back: about 560 s, then what
-# is left (~150-200 s). Nothing is built there that can be built here, and no stage runs there
-# that needs no GPU (the cpu tests, the reference suite: CI and the CPU machine run those).
+# is left (~150-200 s). Nothing is built there that can be built here, and nothing runs there
+# that needs no GPU: the cpu tests are CI's, and the reference and memory suites are CPU work
+# (Fig. 20's measured memory is the layers suite's GPU checks; reports/cpu/ holds the accounting).
 # Ignored folders do not outlive a session. On the CPU machine, before call 1:
 #   - tools/bundle.sh (.bundle: the packages a fallback build there needs), commit, then
-#     tools/prebuild.sh (about 12 minutes on 2 cores, no device time: seqbench and the gpu tests
+#     tools/prebuild.sh (about 8 minutes on 2 cores, no device time: seqbench and the gpu tests
 #     into .prebuilt/; it prints the size a call carries, under the 64 MiB limit), then tools/stamp.sh;
 #   - the device `status`: budget_left_s is what the calls below share.
 # Every call carries .bundle and .prebuilt; the summary's build lines say that nothing was built, or
 # what was and why (a prebuilt part that is stale or does not run there is built there instead).
-#   1. STAGES="build test run" CALL_BUDGET=560 tools/gpu.sh device trainer layers memory operators
+#   1. STAGES="build test run" CALL_BUDGET=560 tools/gpu.sh device trainer layers operators
 #      (run's timeout_s 600): the gpu tests (the first results), then the suites in that order, each
 #      with what is left, so that the small ones finish and the largest (operators: 308 experiments,
 #      750 variants) is the one a short budget leaves incomplete (its report lists not_run);
-#   2. at once, while the machine is warm: STAGES="build run sanitize" RUN_RESUME=1
-#      CALL_BUDGET=$((budget_left_s - 60)) tools/gpu.sh device trainer layers memory operators:
+#   2. at once, while the machine is warm (it goes back 30 s after call 1 returns, and a fresh start
+#      costs minutes that are not there: have this command ready before call 1 returns): unpack
+#      call 1's reports.tar into the tree, tools/stamp.sh, the device `status`, then
+#      STAGES="build run sanitize" RUN_RESUME=1 CALL_BUDGET=$((budget_left_s - 60))
+#      tools/gpu.sh device trainer layers operators (timeout_s budget_left_s - 20):
 #      RUN_RESUME=1 runs only the experiments the reports lack (tools/resume_filter.py; --keep-checks
 #      keeps checks an unfiltered part ran whole), a complete suite costs nothing, then
 #      compute-sanitizer memcheck and racecheck on the gpu tests with what is left (kernels first).

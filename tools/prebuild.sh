@@ -10,7 +10,7 @@
 #   tools/prebuild.sh      # after committing: the binary records the git sha it was built from
 #
 # The build is tools/gpu.sh's own build stage (same configure flags, build/gpu; targets seqbench and
-# seqbench_gpu_tests, about 12 minutes on 2 cores). .prebuilt/ holds:
+# seqbench_gpu_tests, about 8 minutes on 2 cores). .prebuilt/ holds:
 #   seqbench      the binary;             run-seqbench  runs it with lib/ on the library path
 #   lib/          the shared libraries it and the tests need that are neither glibc's, the compiler's
 #                 nor CUDA's (Google Benchmark's); cuBLAS comes from the GPU machine's own CUDA Toolkit
