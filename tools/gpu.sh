@@ -68,10 +68,19 @@
 #   - the device `status`: budget_left_s is what the calls below share.
 # Every call carries .bundle and .prebuilt; the summary's build lines say that nothing was built, or
 # what was and why (a prebuilt part that is stale or does not run there is built there instead).
-#   1. STAGES="build test run" CALL_BUDGET=560 tools/gpu.sh device trainer layers operators
+#   1. STAGES="build test run dump torch" CALL_BUDGET=560 tools/gpu.sh device trainer layers operators
 #      (run's timeout_s 600): the gpu tests (the first results), then the suites in that order, each
-#      with what is left, so that the small ones finish and the largest (operators: 308 experiments,
-#      750 variants) is the one a short budget leaves incomplete (its report lists not_run);
+#      with what is left, so that the small ones finish first and the largest (operators: 308
+#      experiments, 750 variants) is the one a short budget leaves incomplete (its report lists
+#      not_run); then the parity dump and the PyTorch baselines with whatever is left (the runner
+#      starts no experiment it cannot finish and lists the rest "not started: time budget").
+#      Predicted before any GPU run: the suites' sampling is about 110 s in all (the timer's policy
+#      over the listed bytes and FLOPs at 80 % of the H200's 4.3 TB/s copy and 500 TFLOP/s:
+#      operators 64 s, trainer 22 s, layers 19 s, device 1 s), plus allocation, graph captures, the
+#      softmax tuner and the checks (the operator checks' host references took 1 of 20 gdb samples of
+#      their simt test, the rest being the emulated device: seconds there); the gpu tests are bounded
+#      by their simt run (367 s summed on 2 CPU cores with the device code emulated; 70 s the
+#      slowest). So call 1 should finish the suites and leave minutes to the PyTorch side;
 #   2. at once, while the machine is warm (it goes back 30 s after call 1 returns, and a fresh start
 #      costs minutes that are not there: have this command ready before call 1 returns): unpack
 #      call 1's reports.tar into the tree, tools/stamp.sh, the device `status`, then
@@ -81,10 +90,11 @@
 #      keeps checks an unfiltered part ran whole), a complete suite costs nothing, then
 #      compute-sanitizer memcheck and racecheck on the gpu tests with what is left (kernels first).
 #      Then give_back.
-# The PyTorch side (STAGES="build dump torch", issue #6: torch.compile costs seconds an experiment)
-# does not fit beside the suites in one task; a later task's calls run it, TORCH_FILTER in parts,
-# with a .prebuilt of the same sources: its reports join these when their meta.source_hash is the
-# same (tools/source_hash.sh covers the sources, not reports/ or tests/), so commit only reports/
+# The PyTorch side (issue #6: torch.compile costs seconds an experiment) is not expected to finish
+# in the same task; a later task's calls finish it (STAGES="build dump torch", TORCH_FILTER in parts,
+# each merged into reports/<device>/pytorch-<suite>.json) with a .prebuilt of the same sources, on
+# the same kind of GPU: its reports join these when their meta.source_hash is the same
+# (tools/source_hash.sh covers the sources, not reports/ or tests/), so commit only reports/
 # between the two. The parity dump is always of quick shapes (numerics, not timing); the torch
 # side must use the --quick setting of the C++ reports it is joined with (both full here): quick
 # experiments have other names and shapes, and `seqbench table` leaves a quick-against-full
