@@ -28,7 +28,9 @@
 #   tools/gpu.sh [--quick] [suite ...]      default: every suite
 #   STAGES="build test" tools/gpu.sh        only some stages (build, test, sanitize, run, dump, torch), run
 #                                           in that order; a lease's call is limited to 10 minutes, so a
-#                                           full pass takes several calls (the plan below)
+#                                           full pass takes several calls (the plan below). Name build in
+#                                           every call: it is the stage that takes up a carried .prebuilt
+#                                           (with nothing to compile it costs seconds)
 #   TARGETS="seqbench" tools/gpu.sh ...     build only those targets (default: what the call needs and
 #                                           .prebuilt does not give: seqbench, and seqbench_gpu_tests
 #                                           for the test and sanitize stages); TARGETS=seqbench still
@@ -84,8 +86,8 @@
 #   2. at once, while the machine is warm (it goes back 30 s after call 1 returns, and a fresh start
 #      costs minutes that are not there: have this command ready before call 1 returns): unpack
 #      call 1's reports.tar into the tree, tools/stamp.sh, the device `status`, then
-#      STAGES="build run sanitize" RUN_RESUME=1 CALL_BUDGET=$((budget_left_s - 60))
-#      tools/gpu.sh device trainer layers operators (timeout_s budget_left_s - 20):
+#      STAGES="build run sanitize" RUN_RESUME=1 CALL_BUDGET=min(560, budget_left_s - 60)
+#      tools/gpu.sh device trainer layers operators (timeout_s min(600, budget_left_s - 20)):
 #      RUN_RESUME=1 runs only the experiments the reports lack (tools/resume_filter.py; --keep-checks
 #      keeps checks an unfiltered part ran whole), a complete suite costs nothing, then
 #      compute-sanitizer memcheck and racecheck on the gpu tests with what is left (kernels first).
@@ -290,8 +292,11 @@ use_prebuilt_tests() {
            if command -v xz >/dev/null 2>&1; then
              tar -xJf "$prebuilt/gpu-tests.tar.xz" -C "$prebuilt_tests"
            else
-             python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-               "$prebuilt/gpu-tests.tar.xz" "$prebuilt_tests"
+             # filter="data" where the Python knows it (3.12 warns without one, which would be the
+             # first line of a refusal's reason).
+             python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$prebuilt/gpu-tests.tar.xz" "$prebuilt_tests"
            fi; } >"$logs/prebuilt-tests-probe.log" 2>&1; then
     pre_tests_why="could not be unpacked: $(grep -m1 . "$logs/prebuilt-tests-probe.log" || echo "no message")"
   elif ! probe=$(find "$prebuilt_tests/bin" -maxdepth 1 -type f -perm -u+x | LC_ALL=C sort | head -n 1) ||
@@ -317,7 +322,9 @@ else
   if use_prebuilt; then
     bin=$PWD/$prebuilt/run-seqbench
     step build "seqbench: $pre_why"
-    if [ -z "${TARGETS:-}" ] && $tests_wanted; then
+    if [ -n "${TARGETS:-}" ] && $tests_wanted; then
+      step "build (gpu tests)" "none built or unpacked (TARGETS=$TARGETS): the tests are what $build holds"
+    elif $tests_wanted; then
       test_env=(env "LD_LIBRARY_PATH=$PWD/$prebuilt/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
       if use_prebuilt_tests; then
         test_dir=$prebuilt_tests

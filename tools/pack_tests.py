@@ -9,11 +9,13 @@ tests built on a machine without a GPU, so that a GPU lease's call runs them wit
 PACK/bin/ gets a copy of every binary the tests run, and PACK/CTestTestfile.cmake names each test
 with its binary relative to PACK (ctest resolves a relative command against the folder it tests)
 and the same properties (labels, skip and pass expressions, RUN_SERIAL, timeouts, environment).
-The pack runs in PACK itself, so a test's working folder must be its binary's own build folder
-(gtest_discover_tests gives it that one); a test whose command, arguments, environment or working
-folder names a path of this machine's trees cannot run elsewhere, and the pack refuses it by name
-(exit 1) rather than carry a test that would fail for a reason that is not the code's. Bad usage
-exits 2. The pack is written to PACK.tmp and renamed into place, so a failure leaves no partial pack.
+Every test runs in PACK itself, not beside its binary, so a test's working folder must be its
+binary's own build folder (gtest_discover_tests gives it that one) and nothing may depend on it; a
+test whose command, arguments, environment or working folder names a path of this machine's trees
+cannot run elsewhere, and the pack refuses it by name (exit 1) rather than carry a test that would
+fail for a reason that is not the code's (a relative path in an argument is not caught: the gpu
+tests take none). Bad usage exits 2. The pack is written to PACK.tmp and swapped into place, so a
+failure leaves no partial pack.
 """
 import json
 import os
@@ -29,17 +31,23 @@ class Unpackable(Exception):
 
 
 def cmake_arg(text):
-    """A CMake bracket argument: taken literally, so regexes and ';'-lists pass through unchanged."""
+    """A CMake bracket argument: taken literally, so regexes and ';'-lists pass through unchanged.
+    The closing bracket may not occur in the text, nor start at its end (text "a]=" would close as
+    "a" then "=]"); CMake drops a newline right after the opening bracket, so one is always written."""
     text = str(text)
     eq = "="
-    while f"]{eq}]" in text:
+    while f"]{eq}]" in text + "]":
         eq += "="
-    return f"[{eq}[{text}]{eq}]"
+    return f"[{eq}[\n{text}]{eq}]"
 
 
-def property_value(value):
+def property_value(name, key, value):
+    """A property's value as ctest's test file spells it; Unpackable for the object-valued ones
+    (RESOURCE_GROUPS and the like), which the pack does not know how to write back."""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
+    if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)):
+        raise Unpackable(f"test '{name}' has {key} with a structured value, which the pack cannot write")
     if isinstance(value, list):
         return ";".join(str(v) for v in value)
     return str(value)
@@ -73,17 +81,34 @@ def plan(tests, build_dir, roots):
                 if os.path.realpath(str(value)) != os.path.dirname(binary):
                     raise Unpackable(f"test '{name}' runs in '{value}', not its binary's folder")
                 continue
-            if names_a_local_path(property_value(value), roots):
-                raise Unpackable(f"test '{name}' has {key} '{property_value(value)}', which names a path "
-                                 "of this machine's trees")
-            props.append((key, property_value(value)))
+            text = property_value(name, key, value)
+            if names_a_local_path(text, roots):
+                raise Unpackable(f"test '{name}' has {key} '{text}', which names a path of this machine's trees")
+            props.append((key, text))
         packed.append((name, binary, command[1:], props))
     return packed
 
 
 def write_pack(packed, out_dir):
-    tmp = out_dir.rstrip(os.sep) + ".tmp"
+    """Writes the pack into OUT.tmp, then swaps it in (an older pack moves to OUT.old first and is
+    removed after): a failure leaves the older pack, or none, and never a partial one at OUT."""
+    out_dir = out_dir.rstrip(os.sep)
+    tmp, old = out_dir + ".tmp", out_dir + ".old"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        binaries = fill_pack(packed, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(out_dir):
+        os.rename(out_dir, old)
+    os.rename(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return binaries
+
+
+def fill_pack(packed, tmp):
     os.makedirs(os.path.join(tmp, "bin"))
     copied = {}
     for _, binary, _, _ in packed:
@@ -103,8 +128,6 @@ def write_pack(packed, out_dir):
             lines.append(f"set_tests_properties({cmake_arg(name)} PROPERTIES {body})")
     with open(os.path.join(tmp, "CTestTestfile.cmake"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.rename(tmp, out_dir)
     return len(copied)
 
 

@@ -16,7 +16,8 @@
 #                 nor CUDA's (Google Benchmark's); cuBLAS comes from the GPU machine's own CUDA Toolkit
 #   gpu-tests.tar.xz  every gpu-labelled test, packed by tools/pack_tests.py so that ctest runs them
 #                 from the folder gpu.sh unpacks them into (xz with a 256 MiB window: the binaries
-#                 share most of their bytes, so 23 of them, ~210 MB, pack into ~10 MB)
+#                 share most of their bytes, so 23 of them, ~210 MB, pack into ~10 MB; compressing
+#                 takes about 2.7 GB of memory)
 #   SOURCE_HASH   tools/source_hash.sh;   TESTS_HASH  tools/source_hash.sh --with-tests
 #   CUDA_ARCH     the architecture it was built for
 #   BUILT         what it is (seqbench info, the tests' count) and where it was built;   build.log
@@ -55,8 +56,14 @@ mkdir -p "$stage/lib"
 cp build/gpu/suites/seqbench "$stage/seqbench"
 # The gpu tests (ctest's own list: discovery runs each binary with --gtest_list_tests, which needs no
 # GPU), packed relocatably, then compressed as one stream so that what the binaries share is stored once.
-ctest --test-dir build/gpu -L gpu --show-only=json-v1 >"$log/gpu-tests.json"
-python3 tools/pack_tests.py "$log/gpu-tests.json" build/gpu "$log/gpu-tests"
+if ! ctest --test-dir build/gpu -L gpu --show-only=json-v1 >"$log/gpu-tests.json" 2>"$log/gpu-tests.err"; then
+  echo "prebuild: ctest could not list the gpu tests of build/gpu: $(head -n 3 "$log/gpu-tests.err")" >&2
+  exit 1
+fi
+if ! python3 tools/pack_tests.py "$log/gpu-tests.json" build/gpu "$log/gpu-tests"; then
+  echo "prebuild: the gpu tests could not be packed (above)" >&2
+  exit 1
+fi
 tests_count=$(grep -c '^add_test' "$log/gpu-tests/CTestTestfile.cmake")
 echo "prebuild: compressing the gpu tests (xz, single-threaded: a minute or two)"
 tar -cf - -C "$log/gpu-tests" . | xz -T1 --lzma2=preset=6,dict=256MiB >"$stage/gpu-tests.tar.xz"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prints one SHA-256 over every file the `seqbench` binary is built from (the build files and the
-# C++/CUDA sources), the script that configures it (tools/gpu.sh) and the PyTorch runner (whose
-# reports take their git sha from the binary), by path and content; not tests/ or reports/.
+# C++/CUDA sources), the script that configures it (tools/gpu.sh, its comment lines left out: its
+# header is the GPU plan, which a session may edit between a prebuild and a device call) and the
+# PyTorch runner (whose reports take their git sha from the binary), by path and content; not
+# tests/ or reports/.
 # tools/prebuild.sh records it beside a binary built here; tools/gpu.sh uses that binary on the GPU
 # machine only when the hash of the tree it was given is the same, so a prebuilt binary never
 # stands in for other code. It needs no git: the GPU machine's copy of the tree may come without one.
@@ -12,7 +14,7 @@
 #                                      hash, and so their merges, as they were)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-paths=(CMakeLists.txt CMakePresets.json cmake core kernels layers reference suites trainer tools/gpu.sh)
+paths=(CMakeLists.txt CMakePresets.json cmake core kernels layers reference suites trainer)
 case "${1:-}" in
   "") ;;
   --with-tests) paths+=(tests) ;;
@@ -21,5 +23,7 @@ case "${1:-}" in
     exit 2
     ;;
 esac
-find "${paths[@]}" -name __pycache__ -prune -o -type f -print0 |
-  LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+{
+  find "${paths[@]}" -name __pycache__ -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+  echo "$(grep -v '^[[:space:]]*#' tools/gpu.sh | sha256sum | cut -d' ' -f1)  tools/gpu.sh (code lines)"
+} | sha256sum | cut -d' ' -f1

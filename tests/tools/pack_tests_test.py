@@ -56,19 +56,20 @@ class PackTests(ToolTest):
         tests = [self.case("Suite.Passes", "ok"), self.case("Suite.Skips", "skip"), self.case("Suite.Fails", "fail"),
                  self.case("Suite.Serial", "ok", RUN_SERIAL=True, TIMEOUT=30),
                  self.case("Suite.Env", "env", ENVIRONMENT=["PACK_VALUE=42"], PASS_REGULAR_EXPRESSION=["value=42"]),
-                 self.case("Odd]=]name[=[", "ok")]
+                 self.case("Odd]=]name[=[", "ok"), self.case("Ends]=", "ok")]
         result = self.pack(tests)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("packed 6 tests of 1 binaries", result.stdout)
+        self.assertIn("packed 7 tests of 1 binaries", result.stdout)
         there = self.moved()
         shutil.rmtree(self.build)  # nothing of the build may be needed any more
         run = self.ctest(there)
         self.assertNotEqual(run.returncode, 0)  # Suite.Fails fails
-        self.assertIn("83% tests passed, 1 tests failed out of 6", run.stdout)
+        self.assertIn("86% tests passed, 1 tests failed out of 7", run.stdout)
         self.assertRegex(run.stdout, r"Suite\.Skips \.+\*\*\*Skipped")
         self.assertRegex(run.stdout, r"Suite\.Fails \.+\*\*\*Failed")
         self.assertRegex(run.stdout, r"Suite\.Env \.+ +Passed")
         self.assertRegex(run.stdout, r"Odd\]=\]name\[=\[ \.+ +Passed")
+        self.assertRegex(run.stdout, r"Ends\]= \.+ +Passed")
         listing = json.loads(self.ctest(there, "--show-only=json-v1").stdout)
         by_name = {t["name"]: t for t in listing["tests"]}
         serial = {p["name"]: p["value"] for p in by_name["Suite.Serial"]["properties"]}
@@ -77,14 +78,28 @@ class PackTests(ToolTest):
         self.assertEqual(serial.get("LABELS"), ["gpu"])
         # Commands resolve inside the pack; the working folder is the pack's.
         self.assertEqual(by_name["Suite.Passes"]["command"][0], os.path.join(there, "bin", "fake_test"))
-        self.assertEqual(len(json.loads(self.ctest(there, "-L", "gpu", "--show-only=json-v1").stdout)["tests"]), 6)
+        self.assertEqual(len(json.loads(self.ctest(there, "-L", "gpu", "--show-only=json-v1").stdout)["tests"]), 7)
 
-    def test_the_pack_replaces_an_older_one_whole(self):
+    def names_in(self, folder):
+        return [t["name"] for t in json.loads(self.ctest(folder, "--show-only=json-v1").stdout)["tests"]]
+
+    def test_the_pack_replaces_an_older_one_whole_and_a_failed_one_leaves_it(self):
+        pack = os.path.join(self.dir, "pack")
         self.assertEqual(self.pack([self.case("A.One", "ok"), self.case("A.Two", "ok")]).returncode, 0)
         self.assertEqual(self.pack([self.case("B.Only", "ok")]).returncode, 0)
-        listing = json.loads(self.ctest(os.path.join(self.dir, "pack"), "--show-only=json-v1").stdout)
-        self.assertEqual([t["name"] for t in listing["tests"]], ["B.Only"])
-        self.assertFalse(os.path.exists(os.path.join(self.dir, "pack.tmp")))
+        self.assertEqual(self.names_in(pack), ["B.Only"])
+        # Two binaries of one name fail while the pack is written: the older pack stays, whole.
+        twin = os.path.join(self.build, "tests", "layers", "fake_test")
+        os.makedirs(os.path.dirname(twin))
+        shutil.copy2(self.binary, twin)
+        clash = {**self.case("C.Twin", "ok"), "command": [twin, "ok"],
+                 "properties": [{"name": "WORKING_DIRECTORY", "value": os.path.dirname(twin)}]}
+        result = self.pack([self.case("C.One", "ok"), clash])
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("two binaries are named 'fake_test'", result.stderr)
+        self.assertEqual(self.names_in(pack), ["B.Only"])
+        for left in ("pack.tmp", "pack.old"):
+            self.assertFalse(os.path.exists(os.path.join(self.dir, left)), left)
 
     def test_tests_that_need_this_machine_are_refused_by_name_and_no_pack_is_left(self):
         outside = shutil.which("sh")
@@ -96,6 +111,8 @@ class PackTests(ToolTest):
             ({**self.case("X.Where", "ok"),
               "properties": [{"name": "WORKING_DIRECTORY", "value": self.dir}]}, "not its binary's folder"),
             ({"name": "X.NotBuilt", "command": [], "properties": []}, "has no command"),
+            (self.case("X.Groups", "ok", RESOURCE_GROUPS=[{"requirements": [{".type": "gpus", "slots": 1}]}]),
+             "structured value"),
         ]
         for bad, why in cases:
             with self.subTest(bad["name"]):
