@@ -10,7 +10,7 @@
 #   tools/prebuild.sh      # after committing: the binary records the git sha it was built from
 #
 # The build is tools/gpu.sh's own build stage (same configure flags, build/gpu; targets seqbench and
-# seqbench_gpu_tests, about 8 minutes on 2 cores). .prebuilt/ holds:
+# seqbench_gpu_tests, from clean: about 8 minutes on 2 cores). .prebuilt/ holds:
 #   seqbench      the binary;             run-seqbench  runs it with lib/ on the library path
 #   lib/          the shared libraries it and the tests need that are neither glibc's, the compiler's
 #                 nor CUDA's (Google Benchmark's); cuBLAS comes from the GPU machine's own CUDA Toolkit
@@ -35,8 +35,10 @@ if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
   exit 1
 fi
 
-# A fresh configure: options left in build/gpu's cache by hand must not reach the binary unseen.
-rm -f build/gpu/CMakeCache.txt
+# A clean build: options left in build/gpu's cache by hand must not reach the binary unseen, and
+# build.log (ptxas -v, which gpu.sh's ptxas report reads) must cover every kernel, not only those an
+# incremental build recompiled.
+rm -rf build/gpu
 sources_before=$(tools/source_hash.sh)
 tests_before=$(tools/source_hash.sh --with-tests)
 log=build/prebuild-out
