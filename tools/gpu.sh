@@ -41,7 +41,9 @@
 #                                           failed, or outside an earlier filter: tools/resume_filter.py)
 #                                           and merges them in (--keep-checks: the checks an earlier
 #                                           unfiltered part ran are kept, not run again, unless a check
-#                                           family failed); a complete one is not run again
+#                                           family failed); a complete one is not run again. On a
+#                                           warm machine it first restores the reports an earlier
+#                                           call kept under build/gpu-reports/ that the tree lacks
 #   RUN_FILTER="RE" tools/gpu.sh ...        the run stage runs only what the ECMAScript regex RE selects
 #                                           (seqbench run --filter), merged into the suite's report
 #   TORCH_FILTER="RE" tools/gpu.sh ...      the torch stage measures only what the Python regex RE
@@ -83,15 +85,18 @@
 #      their simt test, the rest being the emulated device: seconds there); the gpu tests are bounded
 #      by their simt run (367 s summed on 2 CPU cores with the device code emulated; 70 s the
 #      slowest). So call 1 should finish the suites and leave minutes to the PyTorch side;
-#   2. at once, while the machine is warm (it goes back 30 s after call 1 returns, and a fresh start
-#      costs minutes that are not there: have this command ready before call 1 returns): unpack
-#      call 1's reports.tar into the tree, tools/stamp.sh, the device `status`, then
-#      STAGES="build run sanitize" RUN_RESUME=1 CALL_BUDGET=min(560, budget_left_s - 60)
-#      tools/gpu.sh device trainer layers operators (timeout_s min(600, budget_left_s - 20)):
+#   2. as the very next tool call, while the machine is warm (it goes back 30 s after call 1
+#      returns, and a fresh start costs minutes that are not there), with budget_left_s from call
+#      1's reply (`lease`): STAGES="build run sanitize" RUN_RESUME=1
+#      CALL_BUDGET=min(560, budget_left_s - 60) tools/gpu.sh device trainer layers operators
+#      (timeout_s min(600, budget_left_s - 20)). Nothing needs doing here first: call 1 kept its
+#      reports on the machine (build/gpu-reports/, which a warm machine keeps) and RUN_RESUME=1
+#      restores those the tree lacks, and the BUILD_STAMP written before call 1 still names the tree.
 #      RUN_RESUME=1 runs only the experiments the reports lack (tools/resume_filter.py; --keep-checks
 #      keeps checks an unfiltered part ran whole), a complete suite costs nothing, then
 #      compute-sanitizer memcheck and racecheck on the gpu tests with what is left (kernels first).
-#      Then give_back.
+#      Then give_back, and unpack call 2's reports.tar (it holds call 1's reports too; call 1's is
+#      the fallback if call 2 returns none).
 # The PyTorch side (issue #6: torch.compile costs seconds an experiment) is not expected to finish
 # in the same task; a later task's calls finish it (STAGES="build dump torch", TORCH_FILTER in parts,
 # each merged into reports/<device>/pytorch-<suite>.json) with a .prebuilt of the same sources, on
@@ -106,9 +111,10 @@
 # dirty): use one .prebuilt for every call, or unpack each part's reports.tar into the tree without
 # committing until the suite is complete (reports/ does not count as dirty; a commit or a source
 # change between builds does, and the runner and merge.py refuse to mix).
-# Unpack each call's reports.tar into the tree (call 2 resumes what is there), and commit
-# reports/<device>/ only after the last call: a commit changes HEAD, and a call that then falls back
-# to building (its .prebuilt refused) records the new sha, whose reports no earlier part merges with.
+# A call on a fresh machine (the warm one went back) finds no kept reports: unpack the last
+# reports.tar into the tree before it. Commit reports/<device>/ only after the last call: a commit
+# changes HEAD, and a call that then falls back to building (its .prebuilt refused) records the new
+# sha, whose reports no earlier part merges with.
 # Pass each call's CALL_BUDGET from the device's budget_left_s as above: a call the tool cuts short
 # loses what this script had not yet packed into $OUT. Name on every call the kind the first call
 # got (the reply's `device`): a call that falls back to another kind writes another reports/<device>/
@@ -214,8 +220,17 @@ within() {
 timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
 killed() { [ "$1" -eq 137 ]; }
 pack_reports() {
-  [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 &&
-    tar -cf - "${aside_pattern[@]/#/--exclude=}" "$dir" | put reports.tar
+  [ -n "${dir:-}" ] && ls "$dir"/*.json >/dev/null 2>&1 || return 0
+  tar -cf - "${aside_pattern[@]/#/--exclude=}" "$dir" | put reports.tar
+  keep_reports
+}
+# A copy of the reports under build/ (ignored: a warm machine keeps it between calls, while the tree
+# is laid anew from the session's), so that a RUN_RESUME=1 call right after this one resumes them
+# even when the session has not yet unpacked this call's reports.tar into its tree.
+kept_reports=build/gpu-reports
+keep_reports() {
+  mkdir -p "$kept_reports/$(basename "$dir")" &&
+    find "$dir" -maxdepth 1 -type f -name '*.json' -exec cp -p {} "$kept_reports/$(basename "$dir")/" \;
 }
 
 timeout -k 5 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
@@ -495,6 +510,17 @@ if [ -x "$bin" ] && { [ "$slug" = cpu ] || [ -z "$slug" ]; }; then
   for no_device_stage in run dump torch; do stages=${stages/ $no_device_stage / }; done
 fi
 dir=reports/${slug:-unknown-device}
+# RUN_RESUME=1: the reports this machine's earlier call kept, where the tree has none of that name
+# (a report the session unpacked is newer or the same; seqbench run refuses to merge another build's).
+if [ "${RUN_RESUME:-0}" = 1 ] && [ -d "$kept_reports/$(basename "$dir")" ]; then
+  restored=0
+  mkdir -p "$dir"
+  for kept in "$kept_reports/$(basename "$dir")"/*.json; do
+    [ -f "$kept" ] && [ ! -e "$dir/$(basename "$kept")" ] || continue
+    cp -p "$kept" "$dir/" && restored=$((restored + 1))
+  done
+  ((restored > 0)) && step "reports kept" "restored $restored report(s) of this machine's earlier call into $dir (the tree had none of those names)"
+fi
 # A trace of the clocks, power, temperature and clock-event (throttle) reasons every 500 ms while the
 # suites and the PyTorch baselines time (clocks.csv in logs.tar; one summary line, from
 # tools/clock_trace.py): a report's meta.clocks is a single reading, which cannot show a power cap
