@@ -511,15 +511,24 @@ if [ -x "$bin" ] && { [ "$slug" = cpu ] || [ -z "$slug" ]; }; then
 fi
 dir=reports/${slug:-unknown-device}
 # RUN_RESUME=1: the reports this machine's earlier call kept, where the tree has none of that name
-# (a report the session unpacked is newer or the same; seqbench run refuses to merge another build's).
-if [ "${RUN_RESUME:-0}" = 1 ] && [ -d "$kept_reports/$(basename "$dir")" ]; then
-  restored=0
-  mkdir -p "$dir"
-  for kept in "$kept_reports/$(basename "$dir")"/*.json; do
-    [ -f "$kept" ] && [ ! -e "$dir/$(basename "$kept")" ] || continue
-    cp -p "$kept" "$dir/" && restored=$((restored + 1))
-  done
-  ((restored > 0)) && step "reports kept" "restored $restored report(s) of this machine's earlier call into $dir (the tree had none of those names)"
+# (a report the session unpacked is newer or the same) and they are of this very build (git sha and
+# source hash, as seqbench run requires to merge: an older build's would only be refused).
+if [ "${RUN_RESUME:-0}" = 1 ] && [ -d "$kept_reports/$(basename "$dir")" ] && [ -x "$bin" ]; then
+  mapfile -t restore < <(timeout -k 1 "$(within 30)" "$bin" info --json 2>/dev/null | python3 -c '
+import glob, json, os, sys
+build = json.load(sys.stdin)
+for kept in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    try:
+        meta = json.load(open(kept))["meta"]
+    except (OSError, ValueError, KeyError, TypeError):
+        continue
+    same = all(meta.get(k) == build.get(k) for k in ("git_sha", "source_hash"))
+    if same and not os.path.exists(os.path.join(sys.argv[2], os.path.basename(kept))):
+        print(kept)' "$kept_reports/$(basename "$dir")" "$dir" 2>/dev/null)
+  if [ ${#restore[@]} -gt 0 ]; then
+    mkdir -p "$dir" && cp -p "${restore[@]}" "$dir/" &&
+      step "reports kept" "restored ${#restore[@]} report(s) of this build from this machine's earlier call into $dir (the tree had none of those names)"
+  fi
 fi
 # A trace of the clocks, power, temperature and clock-event (throttle) reasons every 500 ms while the
 # suites and the PyTorch baselines time (clocks.csv in logs.tar; one summary line, from
