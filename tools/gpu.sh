@@ -229,8 +229,7 @@ pack_reports() {
 # even when the session has not yet unpacked this call's reports.tar into its tree.
 kept_reports=build/gpu-reports
 keep_reports() {
-  mkdir -p "$kept_reports/$(basename "$dir")" &&
-    find "$dir" -maxdepth 1 -type f -name '*.json' -exec cp -p {} "$kept_reports/$(basename "$dir")/" \;
+  mkdir -p "$kept_dir" && find "$dir" -maxdepth 1 -type f -name '*.json' -exec cp -p {} "$kept_dir/" \;
 }
 
 timeout -k 5 30 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
@@ -299,7 +298,7 @@ use_prebuilt() {
 use_prebuilt_tests() {
   local probe
   rm -rf "$prebuilt_tests"
-  if [ ! -f "$prebuilt/gpu-tests.tar.xz" ]; then
+  if [ ! -f "$prebuilt/gpu-tests.tar.xz" ] || [ ! -x "$prebuilt/with-libs" ]; then
     pre_tests_why="none in $prebuilt (made before tools/prebuild.sh packed the tests?)"
   elif [ "$(cat "$prebuilt/TESTS_HASH" 2>/dev/null)" != "$(tools/source_hash.sh --with-tests)" ]; then
     pre_tests_why="stale: the tests changed since they were built"
@@ -340,7 +339,7 @@ else
     if [ -n "${TARGETS:-}" ] && $tests_wanted; then
       step "build (gpu tests)" "none built or unpacked (TARGETS=$TARGETS): the tests are what $build holds"
     elif $tests_wanted; then
-      test_env=(env "LD_LIBRARY_PATH=$PWD/$prebuilt/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+      test_env=("$PWD/$prebuilt/with-libs")
       if use_prebuilt_tests; then
         test_dir=$prebuilt_tests
       else
@@ -510,10 +509,11 @@ if [ -x "$bin" ] && { [ "$slug" = cpu ] || [ -z "$slug" ]; }; then
   for no_device_stage in run dump torch; do stages=${stages/ $no_device_stage / }; done
 fi
 dir=reports/${slug:-unknown-device}
+kept_dir=$kept_reports/${slug:-unknown-device}
 # RUN_RESUME=1: the reports this machine's earlier call kept, where the tree has none of that name
 # (a report the session unpacked is newer or the same) and they are of this very build (git sha and
 # source hash, as seqbench run requires to merge: an older build's would only be refused).
-if [ "${RUN_RESUME:-0}" = 1 ] && [ -d "$kept_reports/$(basename "$dir")" ] && [ -x "$bin" ]; then
+if [ "${RUN_RESUME:-0}" = 1 ] && [ -d "$kept_dir" ] && [ -x "$bin" ]; then
   mapfile -t restore < <(timeout -k 1 "$(within 30)" "$bin" info --json 2>/dev/null | python3 -c '
 import glob, json, os, sys
 build = json.load(sys.stdin)
@@ -524,7 +524,7 @@ for kept in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
         continue
     same = all(meta.get(k) == build.get(k) for k in ("git_sha", "source_hash"))
     if same and not os.path.exists(os.path.join(sys.argv[2], os.path.basename(kept))):
-        print(kept)' "$kept_reports/$(basename "$dir")" "$dir" 2>/dev/null)
+        print(kept)' "$kept_dir" "$dir" 2>/dev/null)
   if [ ${#restore[@]} -gt 0 ]; then
     mkdir -p "$dir" && cp -p "${restore[@]}" "$dir/" &&
       step "reports kept" "restored ${#restore[@]} report(s) of this build from this machine's earlier call into $dir (the tree had none of those names)"

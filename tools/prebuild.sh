@@ -11,7 +11,8 @@
 #
 # The build is tools/gpu.sh's own build stage (same configure flags, build/gpu; targets seqbench and
 # seqbench_gpu_tests, from clean: about 8 minutes on 2 cores). .prebuilt/ holds:
-#   seqbench      the binary;             run-seqbench  runs it with lib/ on the library path
+#   seqbench      the binary;             run-seqbench  runs it through with-libs
+#   with-libs     runs a command with lib/ and the CUDA Toolkit's library folders on the library path
 #   lib/          the shared libraries it and the tests need that are neither glibc's, the compiler's
 #                 nor CUDA's (Google Benchmark's); cuBLAS comes from the GPU machine's own CUDA Toolkit
 #   gpu-tests.tar.xz  every gpu-labelled test, packed by tools/pack_tests.py so that ctest runs them
@@ -79,15 +80,22 @@ done | LC_ALL=C sort -u | while read -r name path; do
     *) cp -L "$path" "$stage/lib/$name" ;;
   esac
 done
-cat >"$stage/run-seqbench" <<'WRAPPER'
+# with-libs runs a command with the libraries carried beside it and the CUDA Toolkit's usual library
+# folders on the path (the binaries' run path names the build machine's): run-seqbench for the
+# binary, and tools/gpu.sh for the packed tests and compute-sanitizer over them.
+cat >"$stage/with-libs" <<'WRAPPER'
 #!/bin/sh
-# seqbench from tools/prebuild.sh, with the libraries carried beside it and the CUDA Toolkit's usual
-# library folders on the path (the binary's run path names the build machine's).
 here=$(cd "$(dirname "$0")" && pwd)
 LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  exec "$here/seqbench" "$@"
+  exec "$@"
 WRAPPER
-chmod +x "$stage/run-seqbench"
+cat >"$stage/run-seqbench" <<'WRAPPER'
+#!/bin/sh
+# seqbench from tools/prebuild.sh, through with-libs.
+here=$(cd "$(dirname "$0")" && pwd)
+exec "$here/with-libs" "$here/seqbench" "$@"
+WRAPPER
+chmod +x "$stage/with-libs" "$stage/run-seqbench"
 if [ "$(tools/source_hash.sh)" != "$sources_before" ] || [ "$(tools/source_hash.sh --with-tests)" != "$tests_before" ]; then
   echo "prebuild: the sources changed during the build; run it again" >&2
   exit 1
