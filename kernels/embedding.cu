@@ -84,11 +84,11 @@ struct PositionArgs {
 };
 
 template <bool kNonpad>
-__global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const PositionArgs a) {
+__device__ __forceinline__ void scan_positions(const PositionArgs& a, std::int64_t row_index) {
   constexpr int kPer = 4;
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * a.len;
+  const std::int64_t row = row_index * a.len;
   const std::int32_t* tokens = a.tokens + row;
   std::int32_t* out = a.positions + row;
   std::int32_t before = 0;  // non-padding tokens before this step
@@ -121,9 +121,14 @@ __global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const Pos
   }
 }
 
+template <bool kNonpad>
+__global__ void __launch_bounds__(kThreads) embedding_positions_kernel(const PositionArgs a) {
+  scan_positions<kNonpad>(a, blockIdx.x);
+}
+
 // Sinusoids. The per-column frequencies f_k = 10000^(-k/(half-1)) (1 for half = 1) are computed
-// in double (sinusoid_frequency: once per launch by embedding_frequency_kernel for the computed
-// path, once per column by the table kernel) and kept as two floats hi + lo
+// in double (sinusoid_frequency: once per launch by the forward's pre-pass for the computed
+// path, once per column by the pre-pass's table blocks) and kept as two floats hi + lo
 // (|f - hi - lo| <= 2^-48·f). The angle θ = position·f (position < 2^24, exact in float) is
 // formed as an unevaluated sum θ_hi + θ_lo (θ_hi + e = position·hi exactly by an FMA, θ_lo =
 // position·lo + e), reduced by 2π = C1 + C2 (two floats) with n = rint(θ_hi/2π): r = θ_hi - n·C1
@@ -142,13 +147,6 @@ __device__ __forceinline__ float2 sinusoid_frequency(std::int64_t k, double log2
   const double f = exp2(static_cast<double>(k) * log2_step);
   const auto hi = static_cast<float>(f);
   return make_float2(hi, static_cast<float>(f - static_cast<double>(hi)));
-}
-
-__global__ void __launch_bounds__(kThreads)
-    embedding_frequency_kernel(float2* freq, std::int64_t half, double log2_step) {
-  const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (k >= half) return;
-  freq[k] = sinusoid_frequency(k, log2_step);
 }
 
 // sin or cos of position·f (f = hi + lo), as described above.
@@ -170,25 +168,54 @@ __device__ __forceinline__ float sinusoid(float position, std::int64_t col, cons
   return sinusoid_value(position, s.freq[is_sin ? col : col - s.half], is_sin, s);
 }
 
-// The per-launch sinusoid table: table[r, c] = sinusoid(first_position + r, c), the very values
-// the computed path forms per element (bitwise: the same frequency and value functions), for rows
-// r < rows. Grid (ceil(H / kThreads), min(ceil(rows / kTableRowsPerThread), 65535)): a thread per
-// column, which computes its frequency itself (no frequency kernel on this path; the double exp2
-// is then shared by its ~kTableRowsPerThread rows), block rows y, y + gridDim.y, ... (no index
-// division).
+// The forward's pre-pass: whatever the lookup needs written before it starts, in one launch of
+// three consecutive block ranges (any of them empty):
+//   [0, position_blocks): the nonpad_count positions, block b scanning row b as
+//     embedding_positions_kernel does;
+//   then table_col_blocks × table_row_blocks blocks: the per-launch sinusoid table,
+//     table[r, c] = sinusoid(first_position + r, c), the very values the computed path forms per
+//     element (bitwise: the same frequency and value functions), a thread per column computing its
+//     own frequency (the double exp2 is then shared by its ~kTableRowsPerThread rows), block row y
+//     taking rows y, y + table_row_blocks, ... (no index division);
+//   then freq_blocks blocks: the computed path's floor(H/2) frequencies, a thread each.
+// The jobs are independent and each is a few µs of latency or of sinf, far from filling the GPU:
+// in one grid they overlap, and a graph of the forward has one node (and one launch gap) fewer.
 constexpr std::int64_t kTableRowsPerThread = 16;
-__global__ void __launch_bounds__(kThreads)
-    embedding_sinusoid_table_kernel(float* table, std::int64_t rows, std::int64_t hidden,
-                                    std::int64_t first_position, const SinusoidArgs s) {
-  const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (col >= hidden) return;
-  const bool zero = col >= 2 * s.half;  // the odd H's last column
-  const bool is_sin = col < s.half;
-  const float2 f =
-      zero ? make_float2(0.0f, 0.0f) : sinusoid_frequency(is_sin ? col : col - s.half, s.log2_step);
-  for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    table[r * hidden + col] =
-        zero ? 0.0f : sinusoid_value(static_cast<float>(first_position + r), f, is_sin, s);
+struct FwdPrepassArgs {
+  PositionArgs positions;
+  std::int64_t position_blocks = 0;
+  float* table = nullptr;  // [rows, hidden]
+  std::int64_t rows = 0, hidden = 0, first_position = 0;
+  std::int64_t table_col_blocks = 0, table_row_blocks = 0;
+  float2* freq = nullptr;  // [half]
+  std::int64_t freq_blocks = 0;
+  SinusoidArgs sinusoid;
+  std::int64_t blocks() const { return position_blocks + table_col_blocks * table_row_blocks + freq_blocks; }
+};
+
+__global__ void __launch_bounds__(kThreads) embedding_fwd_prepass_kernel(const FwdPrepassArgs a) {
+  std::int64_t block = blockIdx.x;
+  if (block < a.position_blocks) {
+    scan_positions<true>(a.positions, block);
+    return;
+  }
+  block -= a.position_blocks;
+  const std::int64_t table_blocks = a.table_col_blocks * a.table_row_blocks;
+  if (block < table_blocks) {
+    const std::int64_t col = (block % a.table_col_blocks) * kThreads + threadIdx.x;
+    if (col >= a.hidden) return;
+    const SinusoidArgs& s = a.sinusoid;
+    const bool zero = col >= 2 * s.half;  // the odd H's last column
+    const bool is_sin = col < s.half;
+    const float2 f =
+        zero ? make_float2(0.0f, 0.0f) : sinusoid_frequency(is_sin ? col : col - s.half, s.log2_step);
+    for (std::int64_t r = block / a.table_col_blocks; r < a.rows; r += a.table_row_blocks)
+      a.table[r * a.hidden + col] =
+          zero ? 0.0f : sinusoid_value(static_cast<float>(a.first_position + r), f, is_sin, s);
+    return;
+  }
+  const std::int64_t k = (block - table_blocks) * kThreads + threadIdx.x;
+  if (k < a.sinusoid.half) a.freq[k] = sinusoid_frequency(k, a.sinusoid.log2_step);
 }
 
 // Where the forward's position values come from (see launch_embedding_fwd).
@@ -756,21 +783,45 @@ unsigned tile_blocks(const EmbeddingShape& shape) {
   return static_cast<unsigned>((shape.tokens() + kWarps - 1) / kWarps);
 }
 
-// The positions pre-pass into `positions` (B·L int32), one block per row.
-void run_positions(std::int32_t* positions, const std::int32_t* tokens, const EmbeddingShape& shape,
-                   const EmbeddingConfig& config, cudaStream_t stream) {
+PositionArgs position_args(std::int32_t* positions, const std::int32_t* tokens, const EmbeddingShape& shape,
+                           const EmbeddingConfig& config) {
   PositionArgs a;
   a.tokens = tokens;
   a.positions = positions;
   a.len = shape.len;
   a.padding_idx = config.padding_idx;
   a.position_offset = static_cast<std::int32_t>(config.position_offset);
+  return a;
+}
+
+// The positions pre-pass into `positions` (B·L int32), one block per row.
+void run_positions(std::int32_t* positions, const std::int32_t* tokens, const EmbeddingShape& shape,
+                   const EmbeddingConfig& config, cudaStream_t stream) {
+  const PositionArgs a = position_args(positions, tokens, shape, config);
   if (config.indexing == PositionIndexing::nonpad_count) {
     embedding_positions_kernel<true><<<static_cast<unsigned>(shape.batch), kThreads, 0, stream>>>(a);
   } else {
     embedding_positions_kernel<false><<<static_cast<unsigned>(shape.batch), kThreads, 0, stream>>>(a);
   }
   SEQBENCH_CUDA_CHECK_LAUNCH();
+}
+
+// The forward's pre-pass (nothing when it has no blocks): one launch, or, where its blocks would
+// pass the grid's 2^31 - 1 (B near the token limit), the positions and the sinusoid part as two.
+void run_fwd_prepass(const FwdPrepassArgs& a, cudaStream_t stream) {
+  constexpr std::int64_t kMaxGrid = std::numeric_limits<std::int32_t>::max();
+  const std::int64_t blocks = a.blocks();
+  if (blocks == 0) return;
+  if (blocks <= kMaxGrid) {
+    embedding_fwd_prepass_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  FwdPrepassArgs positions_only = a, sinusoid_only = a;
+  positions_only.table_col_blocks = positions_only.table_row_blocks = positions_only.freq_blocks = 0;
+  sinusoid_only.position_blocks = 0;
+  run_fwd_prepass(positions_only, stream);
+  run_fwd_prepass(sinusoid_only, stream);
 }
 
 // Calls fn(std::bool_constant<learned>, std::bool_constant<nonpad>).
@@ -933,12 +984,12 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     }
   }
   auto* base = static_cast<unsigned char*>(workspace);
-  const std::int32_t* positions = nullptr;
-  if (nonpad) {
-    run_positions(reinterpret_cast<std::int32_t*>(base), tokens, shape, config, stream);
-    positions = reinterpret_cast<const std::int32_t*>(base);
-  }
   FwdArgs<T> a;
+  FwdPrepassArgs pre;
+  if (nonpad) {
+    pre.positions = position_args(reinterpret_cast<std::int32_t*>(base), tokens, shape, config);
+    pre.position_blocks = shape.batch;
+  }
   if (half > 0) {
     constexpr double kTwoPi = 6.283185307179586476925286766559;
     a.sinusoid.half = half;
@@ -946,24 +997,24 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
     a.sinusoid.two_pi_hi = static_cast<float>(kTwoPi);
     a.sinusoid.two_pi_lo = static_cast<float>(kTwoPi - static_cast<double>(a.sinusoid.two_pi_hi));
     a.sinusoid.inv_two_pi = static_cast<float>(1.0 / kTwoPi);
+    pre.sinusoid = a.sinusoid;
     if (layout.table_bytes > 0) {
-      auto* table = reinterpret_cast<float*>(base + layout.sinusoid_at);
-      const dim3 grid(static_cast<unsigned>((shape.hidden + kThreads - 1) / kThreads),
-                      static_cast<unsigned>(std::min<std::int64_t>(
-                          (shape.len + kTableRowsPerThread - 1) / kTableRowsPerThread, 65535)));
-      embedding_sinusoid_table_kernel<<<grid, kThreads, 0, stream>>>(table, shape.len, shape.hidden,
-                                                                     config.position_offset, a.sinusoid);
-      SEQBENCH_CUDA_CHECK_LAUNCH();
-      a.sinusoid_table = table;
+      pre.table = reinterpret_cast<float*>(base + layout.sinusoid_at);
+      pre.rows = shape.len;
+      pre.hidden = shape.hidden;
+      pre.first_position = config.position_offset;
+      pre.table_col_blocks = (shape.hidden + kThreads - 1) / kThreads;
+      pre.table_row_blocks = (shape.len + kTableRowsPerThread - 1) / kTableRowsPerThread;
+      a.sinusoid_table = pre.table;
       a.position_offset = config.position_offset;
     } else {
-      auto* freq = reinterpret_cast<float2*>(base + layout.sinusoid_at);
-      embedding_frequency_kernel<<<static_cast<unsigned>((half + kThreads - 1) / kThreads), kThreads, 0,
-                                   stream>>>(freq, half, a.sinusoid.log2_step);
-      SEQBENCH_CUDA_CHECK_LAUNCH();
-      a.sinusoid.freq = freq;
+      pre.freq = reinterpret_cast<float2*>(base + layout.sinusoid_at);
+      pre.freq_blocks = (half + kThreads - 1) / kThreads;
+      a.sinusoid.freq = pre.freq;
     }
   }
+  run_fwd_prepass(pre, stream);
+  const std::int32_t* positions = nonpad ? pre.positions.positions : nullptr;
   a.y = y;
   a.token_table = token_table;
   a.position_table = learned ? position_table : nullptr;

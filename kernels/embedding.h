@@ -73,23 +73,27 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   What: y [B·L, H] as above. position_table [num_positions, H] is read for learned positions
 //   only (may be null for sinusoidal ones).
 //   Thread mapping: flat over the B·L tokens, warp w of block x takes token 8x + w (grid
-//   ceil(B·L/8) blocks of 8 warps; no idle warps whatever L), after the positions pre-pass for
-//   nonpad_count. The warp walks its row in vectors of K = 16/sizeof(T) columns, lane j taking vectors
-//   j, j+32, ...: one Packed<T> load of the token row (and position row), K/4 Philox calls, one
-//   Packed<T> store when H % K == 0 and y and the tables are 16-byte aligned, else K guarded
-//   scalar accesses (any H, tails included). A lane issues the loads of up to 4 vectors (columns
-//   c, c + 32·K, c + 64·K, c + 96·K) before using any. Sinusoids: a per-launch kernel computes the
-//   floor(H/2) frequencies in double into the workspace as two floats (hi + lo); the value of
-//   (position, column) is a two-float angle position·(hi + lo), a two-constant reduction by 2π
-//   and one sinf or cosf of the reduced argument (|r| < 8, the fast path): absolute error
+//   ceil(B·L/8) blocks of 8 warps; no idle warps whatever L), after one pre-pass launch that
+//   writes what the lookup reads from the workspace: the nonpad_count positions (a block per row)
+//   and, in other blocks of the same grid, the sinusoid table or frequencies below (two
+//   independent few-µs jobs that overlap there, rather than two kernels back to back; learned
+//   positions with slot indexing need no pre-pass). The warp walks its row in vectors of
+//   K = 16/sizeof(T) columns, lane j taking vectors j, j+32, ...: one Packed<T> load of the token
+//   row (and position row), K/4 Philox calls, one Packed<T> store when H % K == 0 and y and the
+//   tables are 16-byte aligned, else K guarded scalar accesses (any H, tails included). A lane
+//   issues the loads of up to 4 vectors (columns c, c + 32·K, c + 64·K, c + 96·K) before using
+//   any. Sinusoids: the pre-pass computes the floor(H/2) frequencies in double into the workspace
+//   as two floats (hi + lo); the value of (position, column) is a two-float angle
+//   position·(hi + lo), a two-constant reduction by 2π and one sinf or cosf of the reduced
+//   argument (|r| < 8, the fast path): absolute error
 //   <= 16·u_f32 at any position < 2^24 (no sincosf pairing: a lane's columns are contiguous, sin
 //   and cos of one frequency sit half a row apart). That is ~60 instructions a value, more than a
 //   memory-bound element can afford (~85 with the dropout's Philox, against ~40 at the copy rate
 //   of an H100 in 16-bit types), and every sentence of a batch repeats the same L·H values. So when
-//   embedding_fwd_uses_sinusoid_table (B >= 2, H >= 2, L·H floats <= 8 MiB) a small kernel
+//   embedding_fwd_uses_sinusoid_table (B >= 2, H >= 2, L·H floats <= 8 MiB) the pre-pass
 //   writes them once into a float [L, H] table in the workspace (positions position_offset ..
-//   position_offset + L - 1; a thread per column computing its own frequency, so no frequency
-//   kernel runs on this path; no divisions) and the lookup reads its rows like a learned table's
+//   position_offset + L - 1; a thread per column computing its own frequency, so this path keeps
+//   no frequency array; no divisions) and the lookup reads its rows like a learned table's
 //   (K/4 16-byte float loads per vector: two for 16-bit T, one for fp32): the same floats, so the output is
 //   bitwise that of the computed path, which runs otherwise (one sentence, or a table that would not stay in
 //   L2). Minimal traffic: B·L·4 (tokens) + B·L·H·sizeof(T) gathered token rows (+ the same for learned
