@@ -11,6 +11,7 @@
 #include "core/nvtx.h"
 #include "kernels/dropout_mask.h"
 #include "kernels/embedding.h"
+#include "kernels/vector_atomic.cuh"
 
 namespace seqbench::kernels {
 
@@ -321,24 +322,15 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
 }
 
 // ---------------------------------------------------------------------------------------------
-// Atomic adds of K floats into T (scalar for float; pairs for the 16-bit types when whole).
+// Atomic adds of K floats into T: one vector reduction when whole (kernels/vector_atomic.cuh),
+// else `count` scalar atomics.
 
 template <class T, int K>
 __device__ __forceinline__ void atomic_add_floats(T* dst, const float (&v)[K], int count, bool whole) {
-  if constexpr (std::is_same_v<T, __half>) {
-    if (whole) {
-      auto* pairs = reinterpret_cast<__half2*>(dst);
-#pragma unroll
-      for (int k = 0; k < K / 2; ++k) atomicAdd(pairs + k, __floats2half2_rn(v[2 * k], v[2 * k + 1]));
-      return;
-    }
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if (whole) {
-      auto* pairs = reinterpret_cast<__nv_bfloat162*>(dst);
-#pragma unroll
-      for (int k = 0; k < K / 2; ++k) atomicAdd(pairs + k, __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]));
-      return;
-    }
+  static_assert(K == Packed<T>::kSize, "one 16-byte vector");
+  if (whole) {
+    atomic_add_vector<T>(dst, v);
+    return;
   }
 #pragma unroll
   for (int k = 0; k < K; ++k) {

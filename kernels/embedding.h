@@ -147,8 +147,10 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 //   (workspace: embedding_bwd_atomic_workspace_bytes, for learned nonpad_count positions)
 //   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token,
 //   up to 4 dy vectors a lane loaded before the first atomic) atomically adds scale·g into the token row and
-//   g into the position row, in T (float atomics for fp32; __half2 / __nv_bfloat162 atomics on aligned pairs,
-//   else scalar ones). NOT bitwise deterministic: the order of the adds to one row depends on scheduling; and
+//   g into the position row, in T: a whole aligned 16-byte vector with one vector reduction a lane on sm_90
+//   (red.global.add.v4.f32 / .noftz.v4.f16x2 / .noftz.v4.bf16x2, kernels/vector_atomic.cuh; float, or
+//   __half2 / __nv_bfloat162 pair atomics below sm_90), else scalar atomics. NOT bitwise deterministic:
+//   the order of the adds to one row depends on scheduling; and
 //   for fp16/bf16 every add rounds to T (as PyTorch's index_add_ in that dtype), so a row used m times
 //   carries up to (m-1)·u_T relative summation error. Traffic: tables zeroed (vocab·H +
 //   num_positions·H)·sizeof(T) written, B·L·4 + B·L·H·sizeof(T) read, B·L·H (x2 learned) read-modify-writes

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that the kernels' whole-vector paths store 16 bytes at a time, in their PTX.
+"""Checks that the kernels' whole-vector paths write 16 bytes at a time, in their PTX.
 
 The memory-bound kernels move Packed<T> vectors (kernels/packed.h): one 16-byte ld.global.v4 and
 one 16-byte st.global.v4 per vector on the aligned path. Whether a store stays one instruction is
@@ -7,10 +7,13 @@ the compiler's choice, and nvcc 13.0 was seen to break one into an st.global per
 bytes, or 8 of 2 bytes) while the loads beside it stayed 16 bytes wide: in row_tile_kernel and
 heads_tile_kernel, whose column index was built from a compile-time block width (see
 kernels/dropout_mask.h). Nothing else shows it without a GPU, and on one it shows only as lost
-bandwidth. So: every kernel entry that loads 16-byte vectors must also store 16-byte vectors,
+bandwidth. So: every kernel entry that loads 16-byte vectors must also write 16-byte vectors,
 except the entries listed in EXCEPTIONS, which by design write per-row or per-segment results.
-It asks for at least one 16-byte store an entry, not for every store site: an entry whose only
-vector path lost its wide store fails, one that kept it on one of several paths passes.
+A write is a store or a reduction into global memory (red/atom): the embedding's atomic backward
+adds each 16-byte vector with one red.global.add.v4 (kernels/vector_atomic.cuh), where pair or
+scalar atomics would take four instructions a vector. It asks for at least one 16-byte write an
+entry, not for every write site: an entry whose only vector path lost its wide write fails, one
+that kept it on one of several paths passes.
 
     tools/ptx_vector_check.py FILE.ptx [FILE.ptx ...]     (an argument may also be a ';' list)
 
@@ -25,8 +28,14 @@ ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)\s*\(", re
 # st.global.v4.f32, st.global.wb.v2.u64, ...).
 VECTOR16 = r"\.(?:v4\.(?:[fbsu]32)|v2\.(?:[fbsu]64))"
 LOAD16 = re.compile(r"\bld\.global(?:\.[a-z0-9:]+)*?" + VECTOR16 + r"\b")
-STORE16 = re.compile(r"\bst\.global(?:\.[a-z0-9:]+)*?" + VECTOR16 + r"\b")
-ANY_STORE = re.compile(r"\bst\.global\.")
+# A write to global memory: st, red or atom in .global or generic addressing (nvcc writes the 16-bit
+# pair atomics generic: atom.add.noftz.bf16x2), never .shared, .local or .param.
+NOT_ON_CHIP = r"(?!\.(?:shared|local|param))"
+STORE16 = re.compile(r"\bst" + NOT_ON_CHIP + r"(?:\.[a-z0-9:]+)*?" + VECTOR16 + r"\b")
+# 16 bytes reduced at once (sm_90): red.global.add.v4.f32, red.global.add.noftz.v4.bf16x2, and the
+# atom.global...v4.f32 that atomicAdd(float4*, float4) becomes in PTX.
+REDUCE16 = re.compile(r"\b(?:red|atom)" + NOT_ON_CHIP + r"(?:\.[a-z0-9:]+)*?\.v4\.(?:f32|f16x2|bf16x2)\b")
+ANY_WRITE = re.compile(r"\b(?:st|red|atom)" + NOT_ON_CHIP + r"\.")
 
 # Substrings of mangled entry names that may load 16-byte vectors without storing them, and why.
 EXCEPTIONS = {
@@ -45,17 +54,17 @@ def entries(text):
 
 
 def check(text):
-    """(number of entries, [(name, 16-byte loads, stores of any width)] that break the rule)."""
+    """(number of entries, [(name, 16-byte loads, writes of any width)] that break the rule)."""
     count = 0
     broken = []
     for name, body in entries(text):
         count += 1
         loads = len(LOAD16.findall(body))
-        if loads == 0 or STORE16.search(body) or any(key in name for key in EXCEPTIONS):
+        if loads == 0 or STORE16.search(body) or REDUCE16.search(body) or any(key in name for key in EXCEPTIONS):
             continue
-        stores = len(ANY_STORE.findall(body))
-        if stores:
-            broken.append((name, loads, stores))
+        writes = len(ANY_WRITE.findall(body))
+        if writes:
+            broken.append((name, loads, writes))
     return count, broken
 
 
@@ -80,8 +89,8 @@ def main(argv):
             return 2
         status = "ok" if not broken else f"{len(broken)} entr{'y' if len(broken) == 1 else 'ies'} BROKEN"
         print(f"{path}: {count} entries, {status}")
-        for name, loads, stores in broken:
-            print(f"  {name}: {loads} 16-byte vector load(s) but none of its {stores} store(s) is 16 bytes")
+        for name, loads, writes in broken:
+            print(f"  {name}: {loads} 16-byte vector load(s) but none of its {writes} write(s) is 16 bytes")
         failed = failed or bool(broken)
     return 1 if failed else 0
 

@@ -10,7 +10,8 @@ Each FILE (relative to ROOT) is written to OUT/FILE, a `.cu` file as OUT/FILE.cp
   - `__CUDACC__` -> `SEQBENCH_SIMT_CUDACC` (defined by tests/simt/prelude.h);
   - `#pragma unroll` lines emptied (the host compiler does not know the pragma);
   - `asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(x));` -> `x = ::simt::globaltimer_ns();`
-    (any other inline PTX is refused);
+    (any other inline PTX is refused, except inside an `#if defined(__CUDA_ARCH__)` branch, which
+    the host compiler never sees: kernels/vector_atomic.cuh's sm_90 vector reductions);
 and line counts kept; a header gets a `#line 1 "ROOT/FILE"` first line, so that diagnostics name
 the original. A file is only written when its text changes, so that an unchanged
 source does not rebuild.
@@ -29,6 +30,50 @@ ASM_GLOBALTIMER = re.compile(
 
 class RewriteError(Exception):
     pass
+
+
+DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
+# A condition that is false in the host compilation whatever else it says: defined(__CUDA_ARCH__)
+# as the first term of a conjunction, with no || anywhere (and no comparison of the macro: an
+# undefined __CUDA_ARCH__ is 0 to the host's preprocessor, so `__CUDA_ARCH__ < 900` holds there).
+DEVICE_CONDITION = re.compile(r"^\s*(?:defined\s*\(\s*__CUDA_ARCH__\s*\)|defined\s+__CUDA_ARCH__)\s*(?:$|&&)")
+
+
+def is_device_condition(condition):
+    condition = condition.split("//")[0].split("/*")[0]
+    return "||" not in condition and bool(DEVICE_CONDITION.match(condition))
+
+
+def device_only_lines(text):
+    """Line numbers (0-based) inside a preprocessor branch that only device compilation enters:
+    `#if defined(__CUDA_ARCH__) ...` or `#ifdef __CUDA_ARCH__`, up to its #elif, #else or #endif."""
+    lines = text.split("\n")
+    stack = []  # per open conditional: is the current branch device-only?
+    inside = set()
+    for number, line in enumerate(lines):
+        m = DIRECTIVE.match(line)
+        if m:
+            kind, rest = m.group(1), m.group(2)
+            if kind in ("if", "elif"):
+                device = is_device_condition(rest)
+            elif kind == "ifdef":
+                device = rest.split("//")[0].strip() == "__CUDA_ARCH__"
+            else:
+                device = False
+            if kind in ("if", "ifdef", "ifndef"):
+                stack.append(device)
+            elif kind in ("elif", "else"):
+                if not stack:
+                    raise RewriteError(f"#{kind} without #if at line {number + 1}")
+                stack[-1] = device
+            else:
+                if not stack:
+                    raise RewriteError(f"#endif without #if at line {number + 1}")
+                stack.pop()
+            continue
+        if any(stack):
+            inside.add(number)
+    return inside
 
 
 def kernel_expression_start(text, end):
@@ -111,8 +156,12 @@ def rewrite(text, path):
     text = text.replace("__CUDACC__", "SEQBENCH_SIMT_CUDACC")
     text = PRAGMA_UNROLL.sub("", text)
     text = ASM_GLOBALTIMER.sub(lambda m: f"{m.group(1)} = ::simt::globaltimer_ns();", text)
-    if re.search(r"\basm\s+volatile\b", text):
-        raise RewriteError(f"{path}: inline PTX this script does not understand")
+    device_only = device_only_lines(text)
+    for m in re.finditer(r"\basm\s+volatile\b", text):
+        line = text.count("\n", 0, m.start())
+        if line not in device_only:
+            raise RewriteError(f"{path}:{line + 1}: inline PTX this script does not understand, outside a "
+                               "#if defined(__CUDA_ARCH__) branch")
     return text
 
 

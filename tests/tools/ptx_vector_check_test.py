@@ -1,7 +1,7 @@
 """tools/ptx_vector_check.py on PTX written the way nvcc 13 writes it: an entry that loads 16-byte
-vectors but stores element by element breaks the rule (exit 1, the entry named); a 16-byte store
-of any spelling keeps it; entries without vector loads, and the listed exceptions, are left alone;
-a file without entries, or missing, is an error (exit 2)."""
+vectors but stores element by element, or reduces pair by pair, breaks the rule (exit 1, the entry
+named); a 16-byte store or reduction of any spelling keeps it; entries without vector loads, and
+the listed exceptions, are left alone; a file without entries, or missing, is an error (exit 2)."""
 import os
 import sys
 import unittest
@@ -48,6 +48,24 @@ INTRINSIC = entry("_ZN8seqbench7kernels4copyEv", """
 SCALAR = entry("_ZN8seqbench7kernels12unfused_addIfEEvv", """
 \tld.global.nc.f32 \t%f1, [%rd7];
 \tst.global.f32 \t[%rd9], %f1;""")
+# The embedding's atomic backward as it was before kernels/vector_atomic.cuh: pair atomics, which
+# nvcc 13 writes in generic addressing (no .global).
+PAIR_ATOMICS = entry("_ZN8seqbench7kernels27embedding_bwd_atomic_kernelI13__nv_bfloat16EEvv", """
+\tld.global.nc.v4.u32 \t{%r1, %r2, %r3, %r4}, [%rd7];
+\tatom.add.noftz.bf16x2 \t%r5, [%rd9], %r1;
+\tatom.add.noftz.bf16x2 \t%r6, [%rd9+4], %r2;""")
+# Vector loads whose results stay on chip: writes to shared memory are not global writes.
+ON_CHIP = entry("_ZN8seqbench7kernels10tile_statsIfEEvv", """
+\tld.global.nc.v4.f32 \t{%f1, %f2, %f3, %f4}, [%rd7];
+\tst.shared.f32 \t[%r5], %f1;
+\tatom.shared.add.f32 \t%f6, [%r6], %f2;""")
+VECTOR_RED = entry("_ZN8seqbench7kernels27embedding_bwd_atomic_kernelI6__halfEEvv", """
+\tld.global.nc.v4.u32 \t{%r1, %r2, %r3, %r4}, [%rd7];
+\tred.global.add.noftz.v4.f16x2 [%rd9], {%r1, %r2, %r3, %r4};
+\tatom.global.add.noftz.f16 \t%rs1, [%rd10], %rs2;""")
+VECTOR_ATOM = entry("_ZN8seqbench7kernels27embedding_bwd_atomic_kernelIfEEvv", """
+\tld.global.nc.v4.f32 \t{%f1, %f2, %f3, %f4}, [%rd7];
+\tatom.global.add.v4.f32 \t{%f5, %f6, %f7, %f8}, [%rd9], {%f1, %f2, %f3, %f4};""")
 EXCEPTION = entry("_ZN8seqbench7kernels28cross_entropy_forward_kernelIfEEvv", """
 \tld.global.nc.v4.f32 \t{%f1, %f2, %f3, %f4}, [%rd7];
 \tst.global.f32 \t[%rd9], %f1;""")
@@ -63,13 +81,23 @@ class PtxVectorCheck(ToolTest):
         self.assertIn("3 entries, 1 entry BROKEN", r.stdout)
         self.assertIn("row_tile_kernelI6__half", r.stdout)
         self.assertNotIn("row_tile_kernelIfEEvv", r.stdout)
-        self.assertIn("none of its 3 store(s) is 16 bytes", r.stdout)
+        self.assertIn("none of its 3 write(s) is 16 bytes", r.stdout)
 
     def test_sixteen_byte_stores_scalar_kernels_and_exceptions_pass(self):
         good = self.write("good.ptx", HEADER + WHOLE + INTRINSIC + SCALAR + EXCEPTION)
         r = self.run_tool(good)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("4 entries, ok", r.stdout)
+
+    def test_pair_atomics_fail_and_vector_reductions_pass(self):
+        r = self.run_tool(self.write("pairs.ptx", HEADER + PAIR_ATOMICS + VECTOR_RED))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("2 entries, 1 entry BROKEN", r.stdout)
+        self.assertIn("embedding_bwd_atomic_kernelI13__nv_bfloat16", r.stdout)
+        self.assertIn("none of its 2 write(s) is 16 bytes", r.stdout)
+        r = self.run_tool(self.write("vectors.ptx", HEADER + VECTOR_RED + VECTOR_ATOM + ON_CHIP))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("3 entries, ok", r.stdout)
 
     def test_every_file_is_checked(self):
         good = self.write("good.ptx", HEADER + WHOLE)
