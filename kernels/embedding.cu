@@ -351,8 +351,16 @@ struct BwdArgs {
   bool vector_path = false;  // H % K == 0, dy and the gradient tables 16-byte aligned
 };
 
+// At least 3 blocks an SM (at most 85 registers): left to itself, ptxas (nvcc 13.0, sm_90) gave the
+// 16-bit sinusoidal instances 64 registers and an 8-byte spill once their adds became vector
+// reductions, and the 16-bit learned one 126 registers (2 blocks an SM); with the bound they take
+// 68 and 74, no spills. 3 blocks of 8 warps keep 48 KB of dy loads in flight an SM (16 B x 4 a
+// lane), several times what the copy rate needs.
+constexpr int kBwdAtomicMinBlocks = 3;
+
 template <class T, bool kLearned, bool kNonpad>
-__global__ void __launch_bounds__(kThreads) embedding_bwd_atomic_kernel(const BwdArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, kBwdAtomicMinBlocks)
+    embedding_bwd_atomic_kernel(const BwdArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
   const Slot s = token_slot<kNonpad>(a.tile, warp_token());
   if (!s.valid) return;
