@@ -7,14 +7,20 @@
 // (u8 dropout backward, scale, memset + index_add_ atomics) vs "atomic" and "sorted" (the
 // deterministic one). Tokens are uniform over the vocabulary with 10% padding, and for bf16
 // sinusoidal also Zipf(1.1)-distributed (",zipf": frequent tokens, as in real text).
-// Minimal bytes: forward B·L·4 (tokens) + B·L·H·s gathered token rows (+ B·L·H·s learned position
-// rows) + B·L·H·s written; backward B·L·4 + B·L·H·s (dy) + D_tok·H·s (+ D_pos·H·s), D the number of
-// distinct rows that receive a gradient (computed from the experiment's tokens): the zero rows of
-// the full gradient tables ((vocab - D_tok)·H·s, likewise for positions) are NOT counted; params
-// record them as "zero_fill_bytes", so a reader can add them. Not counted either (variant costs
-// above the minimum): the sorted backward reads dy once per table (twice with learned positions),
-// its key/sort arrays and chunk partials; the nonpad_count positions pre-pass (B·L·8: the forward,
-// and the backwards of learned positions only); the fused forward's sinusoid table (L·H·4 written
+// Minimal bytes (the operation's inputs read once and its outputs written once, as the layers suite
+// counts them: suites/layers/embedding.cu), with N = B·L tokens, C of them not padding, D_tok the
+// distinct non-padding token ids, D_pos the distinct positions they sit at (learned only), s =
+// sizeof(T): forward N·4 (tokens) + D_tok·H·s (each needed table row read once: a repeated token
+// reads its row again from L2, not from DRAM; padded slots read nothing) (+ D_pos·H·s learned
+// position rows) + N·H·s written; backward N·4 + C·H·s (dy of the non-padding slots: padded ones
+// send no gradient and are not read) + vocab·H·s (+ num_positions·H·s) for the gradient tables,
+// which the operation writes whole (both variants and the baseline zero them first). params carry
+// nonpad_tokens, distinct_token_rows, distinct_position_rows and zero_fill_bytes (the tables' rows
+// that get no gradient, (vocab - D_tok)·H·s + (num_positions - D_pos)·H·s), so that a reader who
+// counts only the rows with a gradient can subtract them. Not counted (variant costs above the
+// minimum): the sorted backward reads dy once per table (twice with learned positions), its
+// key/sort arrays and chunk partials; the nonpad_count positions pre-pass (B·L·8: the forward, and
+// the backwards of learned positions only); the fused forward's sinusoid table (L·H·4 written
 // once, then read from L2 by every sentence: kernels/embedding.h).
 //
 // Checks, against reference/embedding.h in double with ref::make_dropout_mask, over >= 50 random
@@ -167,20 +173,19 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
   const double s = sizeof(T), n = static_cast<double>(tokens), h = static_cast<double>(hidden);
   std::set<std::int32_t> rows_tok;
   std::set<std::int64_t> rows_pos;
+  std::int64_t nonpad = 0;
   for (std::size_t i = 0; i < host_tokens.size(); ++i) {
     if (host_tokens[i] == config.padding_idx) continue;
+    ++nonpad;
     rows_tok.insert(host_tokens[i]);
     rows_pos.insert(static_cast<std::int64_t>(i) % kLen);  // slot indexing, offset 0
   }
-  const double d_tok = static_cast<double>(rows_tok.size()),
-               d_pos = learned ? static_cast<double>(rows_pos.size()) : 0;
-  const double bytes = backward ? n * 4 + n * h * s + (d_tok + d_pos) * h * s
-                                : n * 4 + n * h * s * (learned ? 2 : 1) + n * h * s;
-  const double zero_fill =
-      backward
-          ? ((static_cast<double>(vocab) - d_tok) + (learned ? static_cast<double>(kLen) - d_pos : 0.0)) * h *
-                s
-          : 0.0;
+  const double c = static_cast<double>(nonpad), d_tok = static_cast<double>(rows_tok.size()),
+               d_pos = learned ? static_cast<double>(rows_pos.size()) : 0.0;
+  const double table_rows = static_cast<double>(vocab) + (learned ? static_cast<double>(kLen) : 0.0);
+  const double bytes =
+      backward ? n * 4 + c * h * s + table_rows * h * s : n * 4 + (d_tok + d_pos) * h * s + n * h * s;
+  const double zero_fill = backward ? (table_rows - d_tok - d_pos) * h * s : 0.0;
   e.params = {{"tokens", tokens},
               {"batch", shape.batch},
               {"seq_len", kLen},
@@ -197,7 +202,9 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
               {"scale", config.scale},
               {"position_offset", config.position_offset},
               {"num_positions", shape.num_positions},
+              {"nonpad_tokens", nonpad},
               {"distinct_token_rows", rows_tok.size()},
+              {"distinct_position_rows", learned ? rows_pos.size() : 0},
               {"zero_fill_bytes", zero_fill},
               {"direction", backward ? "bwd" : "fwd"}};
   e.baseline = "unfused";
