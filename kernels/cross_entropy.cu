@@ -62,8 +62,11 @@ __device__ __forceinline__ void write_row_results(const ForwardArgs<T>& a, std::
   if (a.lse) a.lse[row] = lse;
 }
 
+// At least 4 blocks an SM (at most 32 registers): four 512-thread rows in flight an SM is what the
+// byte model of the V = 32000 rows needs (kernels/NOTES-cross-entropy-embedding-qkv.md); with the
+// predicated last group below ptxas would otherwise take 40 registers (3 blocks). No spills at 32.
 template <class T, bool kWarpTeam>
-__global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
+__global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam, 4)
     cross_entropy_forward_kernel(const ForwardArgs<T> a) {
   constexpr int kVec = Packed<T>::kSize;
   using V = Packed<T>;
@@ -112,12 +115,26 @@ __global__ void __launch_bounds__(kCrossEntropyMaxBlockTeam)
       st.absorb(v);
     }
   }
-  for (; j < nvec; j += team) {
-    const V p = V::load(body + j * kVec);
-    float v[kVec];
+  // The at most kUnroll - 1 vectors left: one predicated group, every load issued before the first
+  // use (a loop here issued them one round trip at a time: the SASS showed one LDG.128 an
+  // iteration, each waited for before the next), absorbed in the same order, so the result is
+  // bitwise the loop's. The backward keeps its loop: its rows end in stores, not in reductions
+  // that wait for the last load, and a predicated group there cost registers (32 -> 40, 40 -> 64).
+  if (j < nvec) {
+    V p[kUnroll - 1] = {};
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = to_float(p.v[k]);
-    st.absorb(v);
+    for (int u = 0; u < kUnroll - 1; ++u) {
+      if (j + u * team < nvec) p[u] = V::load(body + (j + u * team) * kVec);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll - 1; ++u) {
+      if (j + u * team < nvec) {
+        float v[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = to_float(p[u].v[k]);
+        st.absorb(v);
+      }
+    }
   }
 
   const float m = team_max<kWarpTeam>(st.m);
