@@ -32,17 +32,22 @@
 namespace seqbench::kernels {
 
 namespace vector_atomic_detail {
-// Two values rounded to the 16-bit pair T2, as the bits of one 32-bit register.
+// Two values rounded to T's pair type (__half2 or __nv_bfloat162), round to nearest even.
+template <class T>
+__device__ __forceinline__ auto to_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __floats2half2_rn(lo, hi);
+  } else {
+    return __floats2bfloat162_rn(lo, hi);
+  }
+}
+
+// The same pair as the bits of one 32-bit register (the operand of the PTX vector reduction).
 template <class T>
 __device__ __forceinline__ std::uint32_t pair_bits(float lo, float hi) {
+  const auto pair = to_pair<T>(lo, hi);
   std::uint32_t bits;
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    memcpy(&bits, &pair, sizeof bits);
-  } else {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    memcpy(&bits, &pair, sizeof bits);
-  }
+  memcpy(&bits, &pair, sizeof bits);
   return bits;
 }
 }  // namespace vector_atomic_detail
@@ -74,14 +79,12 @@ __device__ __forceinline__ void atomic_add_vector(T* dst, const float (&v)[Packe
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) atomicAdd(dst + k, v[k]);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    auto* pairs = reinterpret_cast<__half2*>(dst);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) atomicAdd(pairs + k, __floats2half2_rn(v[2 * k], v[2 * k + 1]));
   } else {
-    auto* pairs = reinterpret_cast<__nv_bfloat162*>(dst);
+    using Pair = decltype(vector_atomic_detail::to_pair<T>(0.0f, 0.0f));
+    auto* pairs = reinterpret_cast<Pair*>(dst);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) atomicAdd(pairs + k, __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; ++k)
+      atomicAdd(pairs + k, vector_atomic_detail::to_pair<T>(v[2 * k], v[2 * k + 1]));
   }
 #endif
 }
