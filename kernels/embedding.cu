@@ -409,14 +409,23 @@ __global__ void __launch_bounds__(kThreads, kBwdAtomicMinBlocks)
 
 struct KeyArgs {
   TileArgs tile;
-  std::uint32_t* token_keys = nullptr;   // (token id | vocab) per slot
-  std::int32_t* token_values = nullptr;  // b·L + l
+  std::uint32_t* token_keys = nullptr;     // (token id | vocab) per slot
+  std::int32_t* token_values = nullptr;    // b·L + l
+  std::uint32_t* token_touched = nullptr;  // bit r: token row r gets a gradient (zeroed before)
   std::uint32_t* position_keys = nullptr;
   std::int32_t* position_values = nullptr;
+  std::uint32_t* position_touched = nullptr;  // with position_keys
   std::int64_t num_positions = 0;
 };
 
-// One thread per token (grid-stride).
+// Sets bit `row` of a row bitmap. An integer red, not a float atomic: the bitmap is the same
+// whatever the order, so the backward stays deterministic.
+__device__ __forceinline__ void mark_row(std::uint32_t* bitmap, std::uint32_t row) {
+  atomicOr(bitmap + (row >> 5), 1u << (row & 31u));
+}
+
+// One thread per token (grid-stride). Besides the pairs it marks the rows that will receive a
+// gradient, so that the window kernel can zero the others instead of a memset of whole tables.
 template <bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs a) {
   const std::uint32_t stride = gridDim.x * blockDim.x;
@@ -425,10 +434,12 @@ __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs 
     a.token_keys[i] =
         s.valid ? static_cast<std::uint32_t>(s.token) : static_cast<std::uint32_t>(a.tile.vocab);
     a.token_values[i] = static_cast<std::int32_t>(i);
+    if (s.valid) mark_row(a.token_touched, static_cast<std::uint32_t>(s.token));
     if (a.position_keys != nullptr) {
       a.position_keys[i] =
           s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
       a.position_values[i] = static_cast<std::int32_t>(i);
+      if (s.valid) mark_row(a.position_touched, static_cast<std::uint32_t>(s.position));
     }
   }
 }
@@ -437,23 +448,36 @@ __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs 
 // b·L + l, b = 0 .. B-1, in increasing b. Entry j = l·B + b of the "sorted" arrays gets key
 // offset + l and value b·L + l, or -1 (skipped by the window kernel) for padding and invalid
 // tokens; the keys are non-decreasing, so the window and merge kernels below apply unchanged.
+// Every key offset .. offset + L - 1 is then in the array, so the window kernel writes each of
+// those rows (zeros for a position only padding holds): the bitmap marks exactly that range,
+// a thread per 32-row word, with plain stores.
 struct SlotKeyArgs {
   const std::int32_t* tokens = nullptr;
   std::uint32_t* keys = nullptr;
   std::int32_t* values = nullptr;
-  std::uint32_t n = 0, batch = 0, len = 0, position_offset = 0;
+  std::uint32_t* touched = nullptr;  // ceil(touched_rows / 32) words
+  std::uint32_t n = 0, batch = 0, len = 0, position_offset = 0, touched_rows = 0;
   std::int32_t vocab = 0, padding_idx = -1;
 };
 
 __global__ void __launch_bounds__(kThreads) embedding_slot_keys_kernel(const SlotKeyArgs a) {
   const std::uint32_t stride = gridDim.x * blockDim.x;
-  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < a.n; j += stride) {
+  const std::uint32_t first = blockIdx.x * blockDim.x + threadIdx.x;
+  for (std::uint32_t j = first; j < a.n; j += stride) {
     const std::uint32_t l = j / a.batch, b = j - l * a.batch;
     const std::uint32_t i = b * a.len + l;  // < n <= 2^31 - 1
     const std::int32_t tok = a.tokens[i];
     const bool valid = !is_padding(tok, a.padding_idx) && tok >= 0 && tok < a.vocab;
     a.keys[j] = a.position_offset + l;
     a.values[j] = valid ? static_cast<std::int32_t>(i) : -1;
+  }
+  // Word w holds rows 32w .. 32w + 31; the marked rows are [offset, offset + L) (within the table).
+  const std::uint64_t lo = a.position_offset, hi = lo + a.len;
+  for (std::uint32_t w = first; w < (a.touched_rows + 31u) / 32u; w += stride) {
+    const std::uint64_t row0 = 32ull * w;
+    std::uint32_t bits = 0;
+    for (std::uint32_t k = 0; k < 32; ++k) bits |= (row0 + k >= lo && row0 + k < hi) ? 1u << k : 0u;
+    a.touched[w] = bits;
   }
 }
 
@@ -466,14 +490,21 @@ __global__ void __launch_bounds__(kThreads) embedding_slot_keys_kernel(const Slo
 // k and runs past its end (at most one). The merge kernel, one warp per window in which such a
 // segment starts, adds the segment's partials in window order. Both orders are fixed by the
 // sorted keys (stable sort of distinct pairs) and kChunk: bitwise reproducible on any GPU.
+// The rows no key names are zeroed by the window kernel's other blocks (the touched bitmap), so
+// every table row is written exactly once: by its segment, or with zeros.
 constexpr int kChunk = kEmbeddingSortChunk;  // a warp's lanes hold the window's keys and values
 static_assert(kChunk == 32, "the window kernel keeps one entry per lane");
 constexpr std::uint32_t kNoKey = 0xFFFFFFFFu;  // differs from every key (keys <= 2^31 - 1)
+constexpr int kZeroRowsPerWarp = 4;  // the zero blocks' rows a warp: 2 KB of stores a warp at H = 1024 bf16
 
 template <class T>
 struct ChunkArgs {
-  T* grad = nullptr;         // [rows, H], zeroed before the window kernel
-  float* partial = nullptr;  // [2·windows, H]
+  T* grad = nullptr;  // [rows, H]: every row written once (a segment's sum, or zeros)
+  const std::uint32_t* touched =
+      nullptr;                     // bit r: row r is a key of the sorted array (written by its segment)
+  std::int64_t window_blocks = 0;  // the window kernel: blocks a column-tile pass (ceil(windows / 8))
+  std::int64_t tile_passes = 0;  //   column-tile passes in its reduce part (the tiles grid-stride over them)
+  float* partial = nullptr;      // [2·windows, H]
   const T* dy = nullptr;
   const std::uint32_t* keys = nullptr;   // sorted, n; keys >= rows (the sentinel) sort last
   const std::int32_t* values = nullptr;  // dy row of each entry; -1: skip
@@ -492,14 +523,58 @@ __device__ __forceinline__ int tile_columns(std::int64_t tile, int lane, std::in
   return c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
 }
 
-// Grid: x = ceil(windows / 8) blocks of 8 warps, warp w taking window 8·blockIdx.x + w;
-// y = column tiles of 32·K columns (grid-stride over tiles beyond gridDim.y). No __syncthreads.
+// The zero part of the window kernel: warp w of zero block z takes rows 8z + w, then every
+// (zero blocks · 8)-th row after it, and writes a row of zeros where the bitmap has no bit (a
+// warp-uniform branch on one broadcast word): 16-byte stores when vector_path, else one element a lane.
 template <class T>
-__global__ void __launch_bounds__(kThreads) embedding_window_kernel(const ChunkArgs<T> a) {
+__device__ __forceinline__ void zero_untouched_rows(const ChunkArgs<T>& a, std::int64_t zero_block,
+                                                    std::int64_t zero_blocks, int warp, int lane) {
+  constexpr int K = Packed<T>::kSize;
+  const std::int64_t hidden = a.hidden;
+  const T zero = from_float<T>(0.0f);
+  Packed<T> zeros;
+#pragma unroll
+  for (int c = 0; c < K; ++c) zeros.v[c] = zero;
+  for (std::int64_t r = zero_block * kWarps + warp; r < a.rows; r += zero_blocks * kWarps) {
+    if (((a.touched[r >> 5] >> (r & 31)) & 1u) != 0) continue;
+    T* row = a.grad + r * hidden;
+    if (a.vector_path) {
+      for (std::int64_t c = static_cast<std::int64_t>(lane) * K; c < hidden; c += 32 * K)
+        zeros.store(row + c);
+    } else {
+      for (std::int64_t c = lane; c < hidden; c += 32) row[c] = zero;
+    }
+  }
+}
+
+// Grid (1D): the first window_blocks · tile_passes blocks reduce, block b taking the windows of
+// block column x = b % window_blocks (warp w: window 8x + w) and the column tiles of 32·K columns
+// b / window_blocks, + tile_passes, ...; the blocks after them zero the rows that no key names
+// (zero_untouched_rows), and, coming last in the grid, stream their stores while the reduce
+// warps wait on their dy loads. No __syncthreads.
+// Blocks an SM the window kernel asks for. ptxas (nvcc 13.0, sm_90), left to itself, gave the
+// fp32 instance 71 registers (3 blocks an SM; 61 and 4 blocks before the zero blocks joined the
+// grid) and the 16-bit ones 92 (2 blocks); with these bounds they take 61 and 87, no spills.
+template <class T>
+constexpr int kWindowMinBlocks = sizeof(T) == 4 ? 4 : 2;
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
+    embedding_window_kernel(const ChunkArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
   constexpr int kGroup = 4;  // entries whose dy vectors are loaded before they are added
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp;
+  const std::int64_t block = blockIdx.x, reduce_blocks = a.window_blocks * a.tile_passes;
+  if (block >= reduce_blocks) {
+    zero_untouched_rows(a, block - reduce_blocks, static_cast<std::int64_t>(gridDim.x) - reduce_blocks, warp,
+                        lane);
+    return;
+  }
+  // 32-bit division (blocks < 2^31): the 64-bit one is a long call sequence that held registers.
+  const auto reduce_block = static_cast<std::uint32_t>(block),
+             columns = static_cast<std::uint32_t>(a.window_blocks);
+  const std::uint32_t first_tile = reduce_block / columns;
+  const std::int64_t k = static_cast<std::int64_t>(reduce_block - first_tile * columns) * kWarps + warp;
   if (k >= a.windows) return;
   const std::int64_t j0 = k * kChunk;
   const int size = static_cast<int>(a.n - j0 < kChunk ? a.n - j0 : kChunk);  // 1 .. kChunk
@@ -512,7 +587,7 @@ __global__ void __launch_bounds__(kThreads) embedding_window_kernel(const ChunkA
   const int used = __popc(__ballot_sync(0xffffffffu, my_key < rows));
   if (used == 0) return;
   const std::int64_t hidden = a.hidden;
-  for (std::int64_t tile = blockIdx.y; tile * (32 * K) < hidden; tile += gridDim.y) {
+  for (std::int64_t tile = first_tile; tile * (32 * K) < hidden; tile += a.tile_passes) {
     std::int64_t c0 = 0;
     const int count = tile_columns<K>(tile, lane, hidden, c0);
     const bool whole = a.vector_path && count == K;
@@ -1100,13 +1175,19 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
-EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, bool learned,
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, std::int64_t vocab,
+                                          bool learned, std::int64_t num_positions,
                                           std::size_t sort_temp_bytes) {
   SEQBENCH_REQUIRE(tokens >= 0 && tokens <= kMaxTokens,
                    "embedding_sort_layout: tokens " << tokens << " outside [0, " << kMaxTokens << "]");
   SEQBENCH_REQUIRE(hidden >= 1 && hidden <= std::numeric_limits<std::int32_t>::max(),
                    "embedding_sort_layout: hidden " << hidden << " outside [1, "
                                                     << std::numeric_limits<std::int32_t>::max() << "]");
+  SEQBENCH_REQUIRE(vocab >= 1 && vocab <= kMaxRows,
+                   "embedding_sort_layout: vocab " << vocab << " outside [1, " << kMaxRows << "]");
+  SEQBENCH_REQUIRE(num_positions >= 0 && num_positions <= kMaxRows && (learned || num_positions == 0),
+                   "embedding_sort_layout: num_positions " << num_positions << " outside [0, " << kMaxRows
+                                                           << "] (0 unless learned)");
   const std::size_t array = align_up(static_cast<std::size_t>(tokens) * sizeof(std::int32_t));
   EmbeddingSortLayout l;
   std::size_t at = 0;
@@ -1129,6 +1210,12 @@ EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidd
   l.partial = at;
   l.partial_bytes = 2 * windows * static_cast<std::size_t>(hidden) * sizeof(float);
   at += align_up(l.partial_bytes);
+  const auto words = [](std::int64_t rows) { return static_cast<std::size_t>((rows + 31) / 32) * 4; };
+  l.token_touched = at;
+  l.position_touched = at + words(vocab);
+  // No pairs, no bitmaps: the launcher then zeroes the tables with memsets and needs no workspace.
+  l.touched_bytes = tokens == 0 ? 0 : words(vocab) + (learned ? words(num_positions) : 0);
+  at += align_up(l.touched_bytes);
   l.sort_temp = at;
   l.sort_temp_bytes = sort_temp_bytes;
   l.total = at + align_up(sort_temp_bytes);
@@ -1190,7 +1277,8 @@ std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, co
       temp = std::max(temp, sort_temp_bytes(n, embedding_sort_key_bits(shape.num_positions), op));
     }
   }
-  return embedding_sort_layout(n, shape.hidden, learned, temp).total;
+  return embedding_sort_layout(n, shape.hidden, shape.vocab, learned, learned ? shape.num_positions : 0, temp)
+      .total;
 }
 
 template <class T>
@@ -1205,7 +1293,8 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
   // The layout without the CUB part first: the pointer checks need no device.
-  const EmbeddingSortLayout arrays = embedding_sort_layout(n, shape.hidden, learned, 0);
+  const EmbeddingSortLayout arrays =
+      embedding_sort_layout(n, shape.hidden, shape.vocab, learned, learned ? shape.num_positions : 0, 0);
   if (n > 0) {
     require_non_null(workspace, op, "workspace");
     SEQBENCH_REQUIRE(reinterpret_cast<std::uintptr_t>(workspace) % kAlign == 0,
@@ -1225,18 +1314,24 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
     SEQBENCH_REQUIRE(workspace_bytes >= need,
                      op << ": workspace of " << workspace_bytes << " bytes, needs " << need);
   }
-  // Both tables: zeroed at copy bandwidth; then only rows that receive a gradient are written.
-  SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
-  if (learned && shape.num_positions > 0) {
-    SEQBENCH_CUDA_CHECK(
-        cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
+  if (n == 0) {  // no rows with a gradient: the tables are all zeros
+    SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
+    if (learned && shape.num_positions > 0) {
+      SEQBENCH_CUDA_CHECK(
+          cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
+    }
+    return;
   }
-  if (n == 0) return;
   const std::size_t temp_bytes = workspace_bytes - arrays.total;
   auto* base = static_cast<unsigned char*>(workspace);
   const auto u32 = [&](std::size_t at) { return reinterpret_cast<std::uint32_t*>(base + at); };
   const auto i32 = [&](std::size_t at) { return reinterpret_cast<std::int32_t*>(base + at); };
   const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
+  // Each table row is written once, by its segment or with zeros, in place of a memset of whole
+  // tables followed by the segments' rows (at 16384 tokens x 1024 bf16 over 32000 tokens, 65.5 MB
+  // of zeros then 24.2 MB of rows, where 41.3 MB of zeros are needed): the key kernels mark the
+  // rows that get a gradient in the bitmaps, which start cleared.
+  SEQBENCH_CUDA_CHECK(cudaMemsetAsync(base + arrays.token_touched, 0, arrays.touched_bytes, stream));
 
   const std::int32_t* positions = nullptr;
   if (learned && nonpad) {
@@ -1247,9 +1342,11 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   k.tile = make_tile(tokens, positions, shape, config);
   k.token_keys = u32(arrays.token_keys_in);
   k.token_values = i32(arrays.token_values_in);
+  k.token_touched = u32(arrays.token_touched);
   if (learned && nonpad) {
     k.position_keys = u32(arrays.position_keys_in);
     k.position_values = i32(arrays.position_values_in);
+    k.position_touched = u32(arrays.position_touched);
     k.num_positions = shape.num_positions;
   }
   if (learned && nonpad) {
@@ -1270,19 +1367,28 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   c.seed = config.dropout.seed;
   c.offset = config.dropout.offset;
   constexpr std::int64_t kTileCols = 32 * Packed<T>::kSize;
-  const dim3 grid(
-      static_cast<unsigned>((c.windows + kWarps - 1) / kWarps),
-      static_cast<unsigned>(std::min<std::int64_t>((shape.hidden + kTileCols - 1) / kTileCols, 65535)));
+  const std::int64_t tiles = (shape.hidden + kTileCols - 1) / kTileCols;
+  const std::int64_t window_blocks = (c.windows + kWarps - 1) / kWarps;  // <= 2^23
+  const dim3 grid(static_cast<unsigned>(window_blocks),
+                  static_cast<unsigned>(std::min<std::int64_t>(tiles, 65535)));
+  // The window kernel's 1D grid: window_blocks x tile_passes reduce blocks (at most 2^30, the tiles
+  // grid-striding beyond), then the zero blocks (at most 2^26): below the 2^31 - 1 blocks of a grid.
+  c.window_blocks = window_blocks;
+  c.tile_passes =
+      std::min<std::int64_t>(tiles, std::max<std::int64_t>(1, (std::int64_t{1} << 30) / window_blocks));
   // The window and merge kernels over one table's sorted pairs (the partials are reused).
   const auto reduce_table = [&](T* grad, std::int64_t rows, float out_scale, const std::uint32_t* keys,
-                                const std::int32_t* values) {
+                                const std::int32_t* values, const std::uint32_t* touched) {
     c.grad = grad;
     c.rows = rows;
     c.out_scale = out_scale;
     c.keys = keys;
     c.values = values;
+    c.touched = touched;
     c.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(dy) && is_vector_aligned(grad);
-    embedding_window_kernel<T><<<grid, kThreads, 0, stream>>>(c);
+    const std::int64_t zero_blocks = (rows + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp);
+    const std::int64_t blocks = c.window_blocks * c.tile_passes + zero_blocks;
+    embedding_window_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(c);
     SEQBENCH_CUDA_CHECK_LAUNCH();
     embedding_merge_kernel<T><<<grid, kThreads, 0, stream>>>(c);
     SEQBENCH_CUDA_CHECK_LAUNCH();
@@ -1297,7 +1403,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   sort(arrays.token_keys_in, arrays.token_values_in, arrays.token_keys_out, arrays.token_values_out,
        shape.vocab);
   reduce_table(d_token_table, shape.vocab, config.scale, u32(arrays.token_keys_out),
-               i32(arrays.token_values_out));
+               i32(arrays.token_values_out), u32(arrays.token_touched));
   if (learned) {
     if (nonpad) {
       sort(arrays.position_keys_in, arrays.position_values_in, arrays.position_keys_out,
@@ -1313,11 +1419,15 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
       sk.position_offset = static_cast<std::uint32_t>(config.position_offset);
       sk.vocab = static_cast<std::int32_t>(shape.vocab);
       sk.padding_idx = config.padding_idx;
-      embedding_slot_keys_kernel<<<grid_stride_blocks(n), kThreads, 0, stream>>>(sk);
+      sk.touched = u32(arrays.position_touched);
+      sk.touched_rows = static_cast<std::uint32_t>(shape.num_positions);
+      embedding_slot_keys_kernel<<<grid_stride_blocks(
+                                       std::max<std::int64_t>(n, (shape.num_positions + 31) / 32)),
+                                   kThreads, 0, stream>>>(sk);
       SEQBENCH_CUDA_CHECK_LAUNCH();
     }
     reduce_table(d_position_table, shape.num_positions, 1.0f, u32(arrays.position_keys_out),
-                 i32(arrays.position_values_out));
+                 i32(arrays.position_values_out), u32(arrays.position_touched));
   }
 }
 

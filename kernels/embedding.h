@@ -160,10 +160,11 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 //                                workspace, workspace_bytes, stream)
 //   Deterministic, no float atomics (the scheme of PyTorch's embedding_backward_cuda_kernel, with
 //   chunks fixed by the sorted order):
-//   (1) cudaMemsetAsync zeroes both tables (copy bandwidth); only rows that receive a gradient
-//       are written again below;
+//   (1) cudaMemsetAsync clears a bitmap of each table's rows (vocab/8 and num_positions/8 bytes),
+//       not the tables: every table row is written exactly once below, by its segment or with zeros;
 //   (2) a key kernel (a thread per token) writes the pairs (token id, b·L + l), padding and
-//       invalid tokens keyed past the table (a sentinel) so they sort last and are ignored;
+//       invalid tokens keyed past the table (a sentinel) so they sort last and are ignored, and
+//       sets the bit of each row that gets a gradient (an integer atomicOr: the same bitmap in any order);
 //       cub::DeviceRadixSort::SortPairs sorts them (stable: equal keys keep increasing b·L + l;
 //       the pairs are distinct, so the result does not depend on the algorithm);
 //   (3) the sorted array is cut into windows of kEmbeddingSortChunk = 32 entries; one warp per
@@ -174,7 +175,9 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 //       segment (the common case: a token used a few times) is scaled, rounded once to T and
 //       written to its row; a piece of a segment that crosses a window boundary is written as a
 //       float partial row (at most 2 per window: slot 2k for the piece that starts window k,
-//       2k + 1 for the one that leaves it);
+//       2k + 1 for the one that leaves it). The same launch's later blocks (after the reducing
+//       ones, in a 1D grid) write zeros to the rows whose bit is clear, a warp per row, 4 rows a
+//       warp (16-byte stores on the vector path);
 //   (4) a merge kernel (same grid) adds each crossing segment's partials in window order, scales
 //       and rounds once. A token used m times is summed by ceil(m/32) + 1 warps in parallel
 //       instead of serially; float summation depth <= min(m, 32) + ceil(m/32).
@@ -183,15 +186,16 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 //   a second key kernel output and sort; with slot
 //   indexing no sort at all: position offset + l receives the entries b·L + l in increasing b,
 //   so one elementwise kernel writes that order directly (keys offset + l, padding entries
-//   marked skip) and (3)-(4) run on it.
-//   Traffic: (vocab + num_positions)·H·sizeof(T) zeroed; B·L·4 tokens read; dy read once per
+//   marked skip; rows offset .. offset + L - 1 marked) and (3)-(4) run on it.
+//   Traffic: each table written once, (vocab + num_positions)·H·sizeof(T): D·H·sizeof(T) for the
+//   D distinct rows with a gradient, zeros for the others; B·L·4 tokens read; dy read once per
 //   table: B·L·H·sizeof(T) (x2 with learned positions: the two reductions are separate passes);
-//   D·H·sizeof(T) written for the D distinct rows with a gradient; per table a few B·L·4-byte
-//   arrays (keys/values, the sort's passes); float partials written and read back only for
+//   per table a few B·L·4-byte arrays (keys/values, the sort's passes) and the bitmap (rows/8,
+//   cleared, set, read); float partials written and read back only for
 //   segments crossing a window boundary: at most 2·ceil(B·L/32)·H·4 bytes (~B·L·H/4), in
 //   practice about H·4 bytes per frequent token per 32 uses.
 //   Workspace: embedding_bwd_sorted_workspace_bytes(shape, config) bytes, 256-byte aligned:
-//   the key/value arrays, the partials (2·ceil(B·L/32)·H floats) and CUB's storage. That
+//   the key/value arrays, the partials (2·ceil(B·L/32)·H floats), the row bitmaps and CUB's storage. That
 //   function asks CUB for its temporary storage, which needs the CUDA device the launch runs on
 //   (it throws without one); embedding_sort_layout() is the host-only part of the arithmetic.
 //
@@ -210,19 +214,24 @@ inline constexpr int kEmbeddingSortChunk = 32;
 // Byte offsets inside the sorted backward's workspace: four int32 arrays of `tokens` elements
 // (keys and values, in and out) per table (slot-indexed learned positions use only the "out"
 // pair) and, when learned, one more for the nonpad_count positions, the float partial rows
-// [2·ceil(tokens/32), hidden], then the CUB temporary storage; every part starts at a multiple of 256 bytes.
+// [2·ceil(tokens/32), hidden], the row bitmaps (ceil(vocab/32) uint32 words, then, when learned,
+// ceil(num_positions/32), back to back: one memset clears both), then the CUB temporary storage;
+// every part but the position bitmap starts at a multiple of 256 bytes.
 struct EmbeddingSortLayout {
   std::size_t token_keys_in = 0, token_values_in = 0, token_keys_out = 0, token_values_out = 0;
   std::size_t position_keys_in = 0, position_values_in = 0, position_keys_out = 0, position_values_out = 0;
   std::size_t positions = 0;  // learned: the nonpad_count positions pre-pass (B·L int32)
   std::size_t partial = 0, partial_bytes = 0;
+  std::size_t token_touched = 0, position_touched = 0, touched_bytes = 0;  // both bitmaps
   std::size_t sort_temp = 0, sort_temp_bytes = 0;
   std::size_t total = 0;
 };
 
-// Host only: the layout for B·L = tokens pairs of rows of `hidden` columns, with position
-// arrays when `learned`, and `sort_temp_bytes` of CUB temporary storage.
-EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, bool learned,
+// Host only: the layout for B·L = tokens pairs of rows of `hidden` columns, a token table of
+// `vocab` rows, position arrays and a position bitmap of `num_positions` rows when `learned`
+// (num_positions 0 otherwise), and `sort_temp_bytes` of CUB temporary storage.
+EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, std::int64_t vocab,
+                                          bool learned, std::int64_t num_positions,
                                           std::size_t sort_temp_bytes);
 
 // The number of key bits the sort looks at for keys in [0, sentinel]: bit_width(sentinel).

@@ -27,15 +27,14 @@
 // Memory: the kernels' workspaces at the maxima (B·L = max_batch_tokens tokens, H, vocab and the
 // position table's rows): the forward's (nonpad_count positions, sinusoid frequencies, and the
 // sinusoid table of up to max_seq_len rows: kernels::embedding_fwd_workspace_bytes_upto) and the
-// chosen backward's (the sorted one: key/value arrays, float partials and CUB's sort storage; the
-// atomic one: the nonpad_count positions). They are planned as two tensors of one block
-// (MemoryManager; forward and backward never run at once, so they share bytes). Sizing the sorted
-// backward's workspace asks CUB, which needs the CUDA device: the block is therefore allocated
-// through the caller's DeviceAllocator at the FIRST forward() (after that call's argument
-// checks), or earlier by reserve(); every later forward() and backward() allocates nothing. The
-// kernels re-check the workspace at each call's shape: the plan assumes CUB's sort storage does not
-// grow when the token count shrinks (unverified on a device here); if it ever did, the launch would
-// throw naming both sizes rather than run short.
+// chosen backward's (the sorted one: key/value arrays, float partials, row bitmaps and CUB's sort storage;
+// the atomic one: the nonpad_count positions). They are planned as two tensors of one block (MemoryManager;
+// forward and backward never run at once, so they share bytes). Sizing the sorted backward's workspace asks
+// CUB, which needs the CUDA device: the block is therefore allocated through the caller's DeviceAllocator at
+// the FIRST forward() (after that call's argument checks), or earlier by reserve(); every later forward() and
+// backward() allocates nothing. The kernels re-check the workspace at each call's shape: the plan assumes
+// CUB's sort storage does not grow when the token count shrinks (unverified on a device here); if it ever
+// did, the launch would throw naming both sizes rather than run short.
 //
 // Limits and contract: config.validate() (vocab_size, embedding_dim, max_batch_tokens,
 // max_seq_len positive; max_seq_len <= max_batch_tokens; padding_idx -1 or in [0, vocab_size);

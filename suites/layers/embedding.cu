@@ -21,8 +21,9 @@
 //             and then read from L2; padded rows read nothing) + N·H·s (y written once)
 //   backward  N·4 (tokens) + C·H·s (dy of the non-padding rows; padded rows send no gradient)
 //             + vocab·H·s (d_token_table written once: the layer's contract overwrites the whole
-//             table, both variants zero it first; params.zero_fill_bytes = (vocab - D)·H·s of it
-//             are the zero rows, for a reader who counts only the rows with a gradient)
+//             table: the atomic variant zeroes it first, the sorted one writes the rows without a
+//             gradient with zeros and the others with their sums; params.zero_fill_bytes = (vocab - D)·H·s of
+//             it are the zero rows, for a reader who counts only the rows with a gradient)
 // Not counted (above the minimum): the baseline's intermediates and uint8 mask, the managed
 // layer's positions pre-pass, sinusoid table, sort arrays and partials.
 #include <algorithm>

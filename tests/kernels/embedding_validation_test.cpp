@@ -45,46 +45,67 @@ EmbeddingConfig learned_config() {
   return c;
 }
 
-TEST(EmbeddingSortLayout, FourArraysPerTableThenThePartialsThenTheSortStorage) {
+TEST(EmbeddingSortLayout, FourArraysPerTableThenThePartialsThenTheBitmapsThenTheSortStorage) {
   // 1000 pairs: 4000-byte arrays rounded up to 4096; 32 windows of 32 entries, 2 partial rows
-  // each of 100 floats: 25600 bytes (a multiple of 256).
+  // each of 100 floats: 25600 bytes (a multiple of 256); a 5000-row table: 157 bitmap words,
+  // 628 bytes rounded up to 768.
   EXPECT_EQ(kEmbeddingSortChunk, 32);
-  const EmbeddingSortLayout one = embedding_sort_layout(1000, 100, false, 777);
+  const EmbeddingSortLayout one = embedding_sort_layout(1000, 100, 5000, false, 0, 777);
   EXPECT_EQ(one.token_keys_in, 0u);
   EXPECT_EQ(one.token_values_in, 4096u);
   EXPECT_EQ(one.token_values_out, 3u * 4096u);
   EXPECT_EQ(one.partial, 4u * 4096u);
   EXPECT_EQ(one.partial_bytes, 2u * 32u * 100u * 4u);
-  EXPECT_EQ(one.sort_temp, 4u * 4096u + 25600u);
-  EXPECT_EQ(one.total, 4u * 4096u + 25600u + 1024u);
-  const EmbeddingSortLayout two = embedding_sort_layout(1000, 3, true, 0);
+  EXPECT_EQ(one.token_touched, 4u * 4096u + 25600u);
+  EXPECT_EQ(one.touched_bytes, 157u * 4u);
+  EXPECT_EQ(one.sort_temp, 4u * 4096u + 25600u + 768u);
+  EXPECT_EQ(one.total, 4u * 4096u + 25600u + 768u + 1024u);
+  // Learned, 3 columns, 10 tokens and 33 positions: one token word, then two position words.
+  const EmbeddingSortLayout two = embedding_sort_layout(1000, 3, 10, true, 33, 0);
   EXPECT_EQ(two.position_keys_in, 4u * 4096u);
   EXPECT_EQ(two.position_values_out, 7u * 4096u);
   EXPECT_EQ(two.positions, 8u * 4096u);
   EXPECT_EQ(two.partial, 9u * 4096u);
   EXPECT_EQ(two.partial_bytes, 2u * 32u * 3u * 4u);  // 768 bytes, a multiple of 256
-  EXPECT_EQ(two.total, 9u * 4096u + 768u);
+  EXPECT_EQ(two.token_touched, 9u * 4096u + 768u);
+  EXPECT_EQ(two.position_touched, two.token_touched + 4u);
+  EXPECT_EQ(two.touched_bytes, 3u * 4u);
+  EXPECT_EQ(two.total, 9u * 4096u + 768u + 256u);
   // 33 pairs: 2 windows (the second holds 1 entry).
-  EXPECT_EQ(embedding_sort_layout(33, 5, false, 0).partial_bytes, 2u * 2u * 5u * 4u);
-  EXPECT_EQ(embedding_sort_layout(0, 7, true, 0).total, 0u);
+  EXPECT_EQ(embedding_sort_layout(33, 5, 7, false, 0, 0).partial_bytes, 2u * 2u * 5u * 4u);
+  // No pairs: no workspace at all (the launcher then zeroes the tables with memsets).
+  EXPECT_EQ(embedding_sort_layout(0, 7, 64, true, 1, 0).total, 0u);
   for (const std::int64_t n : {1, 3, 31, 32, 33, 63, 64, 65, 16384}) {
     for (const std::int64_t h : {1, 3, 8, 1023}) {
-      const EmbeddingSortLayout l = embedding_sort_layout(n, h, true, 5);
-      for (const std::size_t at : {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out,
-                                   l.position_keys_in, l.position_values_in, l.position_keys_out,
-                                   l.position_values_out, l.positions, l.partial, l.sort_temp}) {
-        EXPECT_EQ(at % 256, 0u) << n;
+      for (const std::int64_t rows : {1, 31, 32, 33, 32000}) {
+        const EmbeddingSortLayout l = embedding_sort_layout(n, h, rows, true, rows + 1, 5);
+        for (const std::size_t at :
+             {l.token_keys_in, l.token_values_in, l.token_keys_out, l.token_values_out, l.position_keys_in,
+              l.position_values_in, l.position_keys_out, l.position_values_out, l.positions, l.partial,
+              l.token_touched, l.sort_temp}) {
+          EXPECT_EQ(at % 256, 0u) << n;
+        }
+        EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
+        const auto windows = static_cast<std::size_t>((n + 31) / 32);
+        EXPECT_EQ(l.partial_bytes, 2 * windows * static_cast<std::size_t>(h) * 4) << n << " " << h;
+        EXPECT_GE(l.partial - l.positions, static_cast<std::size_t>(n) * 4);
+        EXPECT_GE(l.token_touched - l.partial, l.partial_bytes);
+        // A bit for every row of each table, the position words right after the token words.
+        EXPECT_EQ(l.position_touched - l.token_touched, static_cast<std::size_t>((rows + 31) / 32) * 4)
+            << rows;
+        EXPECT_EQ(l.touched_bytes, static_cast<std::size_t>((rows + 31) / 32 + (rows + 32) / 32) * 4) << rows;
+        EXPECT_GE(l.sort_temp - l.token_touched, l.touched_bytes);
+        EXPECT_GE(l.total, l.sort_temp + 5);
       }
-      EXPECT_GE(l.token_values_in - l.token_keys_in, static_cast<std::size_t>(n) * 4);
-      const auto windows = static_cast<std::size_t>((n + 31) / 32);
-      EXPECT_EQ(l.partial_bytes, 2 * windows * static_cast<std::size_t>(h) * 4) << n << " " << h;
-      EXPECT_GE(l.partial - l.positions, static_cast<std::size_t>(n) * 4);
-      EXPECT_GE(l.sort_temp - l.partial, l.partial_bytes);
-      EXPECT_GE(l.total, l.sort_temp + 5);
     }
   }
-  expect_error([] { embedding_sort_layout(-1, 8, false, 0); }, "embedding_sort_layout: tokens -1");
-  expect_error([] { embedding_sort_layout(8, 0, false, 0); }, "embedding_sort_layout: hidden 0 outside [1, ");
+  expect_error([] { embedding_sort_layout(-1, 8, 1, false, 0, 0); }, "embedding_sort_layout: tokens -1");
+  expect_error([] { embedding_sort_layout(8, 0, 1, false, 0, 0); },
+               "embedding_sort_layout: hidden 0 outside [1, ");
+  expect_error([] { embedding_sort_layout(8, 8, 0, false, 0, 0); },
+               "embedding_sort_layout: vocab 0 outside [1, ");
+  expect_error([] { embedding_sort_layout(8, 8, 4, false, 3, 0); },
+               "embedding_sort_layout: num_positions 3 outside [0, 2147483646] (0 unless learned)");
 }
 
 TEST(EmbeddingSortLayout, KeyBitsCoverTheSentinel) {
@@ -261,7 +282,8 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
       "embedding_bwd_sorted: workspace is null");
   expect_error(
       [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, ws, 100, nullptr); },
-      "workspace of 100 bytes, needs at least " + std::to_string(embedding_sort_layout(8, 8, true, 0).total));
+      "workspace of 100 bytes, needs at least " +
+          std::to_string(embedding_sort_layout(8, 8, 10, true, 4, 0).total));
   expect_error(
       [&] {
         launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, static_cast<char*>(ws) + 4,

@@ -166,6 +166,12 @@ H2 atomic_add_pair(H2* address, H2 value) {
   return old;
 }
 }  // namespace simt::prelude_detail
+template <class T>
+requires std::is_integral_v<T> T atomicOr(T* address, T value) {
+  const T old = *address;
+  *address = old | value;
+  return old;
+}
 inline __half atomicAdd(__half* a, __half v) {
   return simt::prelude_detail::atomic_add_16(a, v);
 }
