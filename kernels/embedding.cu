@@ -499,12 +499,11 @@ constexpr int kZeroRowsPerWarp = 4;  // the zero blocks' rows a warp: 2 KB of st
 
 template <class T>
 struct ChunkArgs {
-  T* grad = nullptr;  // [rows, H]: every row written once (a segment's sum, or zeros)
-  const std::uint32_t* touched =
-      nullptr;                     // bit r: row r is a key of the sorted array (written by its segment)
-  std::int64_t window_blocks = 0;  // the window kernel: blocks a column-tile pass (ceil(windows / 8))
-  std::int64_t tile_passes = 0;  //   column-tile passes in its reduce part (the tiles grid-stride over them)
-  float* partial = nullptr;      // [2·windows, H]
+  T* grad = nullptr;                       // [rows, H]: every row written once (a segment's sum, or zeros)
+  const std::uint32_t* touched = nullptr;  // bit r: row r is a key (its segment writes it)
+  std::int64_t window_blocks = 0;          // window kernel: reduce blocks a tile pass, ceil(windows / 8)
+  std::int64_t tile_passes = 0;            // window kernel: tile passes (the tiles grid-stride over them)
+  float* partial = nullptr;                // [2·windows, H]
   const T* dy = nullptr;
   const std::uint32_t* keys = nullptr;   // sorted, n; keys >= rows (the sentinel) sort last
   const std::int32_t* values = nullptr;  // dy row of each entry; -1: skip
@@ -547,17 +546,17 @@ __device__ __forceinline__ void zero_untouched_rows(const ChunkArgs<T>& a, std::
   }
 }
 
-// Grid (1D): the first window_blocks · tile_passes blocks reduce, block b taking the windows of
-// block column x = b % window_blocks (warp w: window 8x + w) and the column tiles of 32·K columns
-// b / window_blocks, + tile_passes, ...; the blocks after them zero the rows that no key names
-// (zero_untouched_rows), and, coming last in the grid, stream their stores while the reduce
-// warps wait on their dy loads. No __syncthreads.
 // Blocks an SM the window kernel asks for. ptxas (nvcc 13.0, sm_90), left to itself, gave the
 // fp32 instance 71 registers (3 blocks an SM; 61 and 4 blocks before the zero blocks joined the
 // grid) and the 16-bit ones 92 (2 blocks); with these bounds they take 61 and 87, no spills.
 template <class T>
 constexpr int kWindowMinBlocks = sizeof(T) == 4 ? 4 : 2;
 
+// Grid (1D): the first window_blocks · tile_passes blocks reduce, block b taking the windows of
+// block column x = b % window_blocks (warp w: window 8x + w) and the column tiles of 32·K columns
+// b / window_blocks, + tile_passes, ...; the blocks after them zero the rows that no key names
+// (zero_untouched_rows), and, coming last in the grid, stream their stores while the reduce
+// warps wait on their dy loads. No __syncthreads.
 template <class T>
 __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
     embedding_window_kernel(const ChunkArgs<T> a) {
@@ -1328,7 +1327,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   const auto i32 = [&](std::size_t at) { return reinterpret_cast<std::int32_t*>(base + at); };
   const bool nonpad = config.indexing == PositionIndexing::nonpad_count;
   // Each table row is written once, by its segment or with zeros, in place of a memset of whole
-  // tables followed by the segments' rows (at 16384 tokens x 1024 bf16 over 32000 tokens, 65.5 MB
+  // tables followed by the segments' rows (16384 tokens x 1024 bf16, a 32000-token vocabulary: 65.5 MB
   // of zeros then 24.2 MB of rows, where 41.3 MB of zeros are needed): the key kernels mark the
   // rows that get a gradient in the bitmaps, which start cleared.
   SEQBENCH_CUDA_CHECK(cudaMemsetAsync(base + arrays.token_touched, 0, arrays.touched_bytes, stream));
