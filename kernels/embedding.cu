@@ -418,28 +418,52 @@ struct KeyArgs {
   std::int64_t num_positions = 0;
 };
 
-// Sets bit `row` of a row bitmap. An integer red, not a float atomic: the bitmap is the same
-// whatever the order, so the backward stays deterministic.
-__device__ __forceinline__ void mark_row(std::uint32_t* bitmap, std::uint32_t row) {
-  atomicOr(bitmap + (row >> 5), 1u << (row & 31u));
+// Sets bit `row` of a row bitmap for every lane with `marked`; called by all 32 lanes of the warp.
+// Integer ORs, not float atomics: the bitmap is the same whatever the order, so the backward stays
+// deterministic. The lanes that name the same 32-row word send one OR between them (its lowest
+// such lane, the others' bits gathered by 32 shuffle rounds), so that a word many tokens name
+// takes one OR a warp rather than one a token: the consecutive positions of a sentence share a
+// word 32 lanes at a time, and the frequent tokens of a frequency-sorted vocabulary (fairseq's)
+// crowd its first words (half of Zipf(1.1) tokens fall in word 0).
+__device__ __forceinline__ void mark_rows_warp(std::uint32_t* bitmap, std::uint32_t row, bool marked) {
+  constexpr std::uint32_t kNoWord = 0xFFFFFFFFu;  // rows < 2^31: no word has this index
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::uint32_t word = marked ? row >> 5 : kNoWord, bit = marked ? 1u << (row & 31u) : 0u;
+  std::uint32_t bits = 0;
+  bool first = marked;
+  for (int src = 0; src < 32; ++src) {
+    const std::uint32_t other_word = __shfl_sync(0xffffffffu, word, src);
+    const std::uint32_t other_bit = __shfl_sync(0xffffffffu, bit, src);
+    if (other_word == word) {
+      bits |= other_bit;
+      first = first && src >= lane;
+    }
+  }
+  if (first) atomicOr(bitmap + word, bits);
 }
 
-// One thread per token (grid-stride). Besides the pairs it marks the rows that will receive a
+// One thread per token, whole warps grid-striding (so that every lane takes part in the marking's
+// shuffles; lanes past B·L mark nothing). Besides the pairs it marks the rows that will receive a
 // gradient, so that the window kernel can zero the others instead of a memset of whole tables.
 template <bool kNonpad>
 __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs a) {
-  const std::uint32_t stride = gridDim.x * blockDim.x;
-  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.tile.n; i += stride) {
+  const std::uint32_t stride = gridDim.x * blockDim.x, lane = threadIdx.x % 32;
+  for (std::uint32_t i0 = blockIdx.x * blockDim.x + threadIdx.x - lane; i0 < a.tile.n; i0 += stride) {
+    const std::uint32_t i = i0 + lane;  // < 2^31 + 31
     const Slot s = token_slot<kNonpad>(a.tile, i);
-    a.token_keys[i] =
-        s.valid ? static_cast<std::uint32_t>(s.token) : static_cast<std::uint32_t>(a.tile.vocab);
-    a.token_values[i] = static_cast<std::int32_t>(i);
-    if (s.valid) mark_row(a.token_touched, static_cast<std::uint32_t>(s.token));
+    if (s.active) {
+      a.token_keys[i] =
+          s.valid ? static_cast<std::uint32_t>(s.token) : static_cast<std::uint32_t>(a.tile.vocab);
+      a.token_values[i] = static_cast<std::int32_t>(i);
+    }
+    mark_rows_warp(a.token_touched, static_cast<std::uint32_t>(s.token), s.valid);
     if (a.position_keys != nullptr) {
-      a.position_keys[i] =
-          s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
-      a.position_values[i] = static_cast<std::int32_t>(i);
-      if (s.valid) mark_row(a.position_touched, static_cast<std::uint32_t>(s.position));
+      if (s.active) {
+        a.position_keys[i] =
+            s.valid ? static_cast<std::uint32_t>(s.position) : static_cast<std::uint32_t>(a.num_positions);
+        a.position_values[i] = static_cast<std::int32_t>(i);
+      }
+      mark_rows_warp(a.position_touched, static_cast<std::uint32_t>(s.position), s.valid);
     }
   }
 }
