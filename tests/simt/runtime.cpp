@@ -233,6 +233,14 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorStreamCaptureImplicit:
       return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation:
+      return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureMerge:
+      return "cudaErrorStreamCaptureMerge";
     default:
       return "cudaError (other)";
   }

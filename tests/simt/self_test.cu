@@ -355,6 +355,123 @@ TEST_F(Simt, UnsafeCallsAreRefusedDuringACaptureAndInvalidateIt) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// Fork and join (tests/simt/streams.cpp): a stream that waits on an event recorded in a capture
+// joins it, its work becomes nodes of the same graph, and the capture ends only once every forked
+// stream's last work has been waited on.
+TEST_F(Simt, AForkedCaptureHoldsBothBranchesAndEndsOnlyWhenJoined) {
+  DeviceBuffer<int> x(1), y(1);
+  x.fill_bytes(0);
+  y.fill_bytes(0);
+  seqbench::Stream origin, side;
+  seqbench::Event forked, joined;
+  ASSERT_EQ(cudaStreamBeginCapture(origin.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  add_kernel<<<1, 1, 0, origin.get()>>>(x.data(), 1);
+  ASSERT_EQ(cudaEventRecord(forked.get(), origin.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side.get(), forked.get(), 0), cudaSuccess);
+  cudaStreamCaptureStatus status{};
+  ASSERT_EQ(cudaStreamIsCapturing(side.get(), &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive) << "the waiting stream joined the capture";
+  add_kernel<<<1, 1, 0, side.get()>>>(y.data(), 2);
+  ASSERT_EQ(cudaEventRecord(joined.get(), side.get()), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cudaStreamEndCapture(side.get(), &graph), cudaErrorStreamCaptureUnmatched);
+  ::testing::internal::GetCapturedStderr();
+  cudaGetLastError();
+  ASSERT_EQ(cudaStreamWaitEvent(origin.get(), joined.get(), 0), cudaSuccess);
+  add_kernel<<<1, 1, 0, origin.get()>>>(x.data(), 10);
+  ASSERT_EQ(cudaStreamEndCapture(origin.get(), &graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(side.get(), &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone) << "the end of the capture releases the forked stream";
+  std::size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 3u) << "records and waits are edges, not nodes";
+  EXPECT_EQ(x.copy_to_host()[0], 0) << "captured work ran while capturing";
+  EXPECT_EQ(y.copy_to_host()[0], 0) << "the forked branch ran while capturing";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, origin.get()), cudaSuccess);
+  EXPECT_EQ(x.copy_to_host()[0], 11);
+  EXPECT_EQ(y.copy_to_host()[0], 2);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+
+  // Joined through another stream: origin -> side -> third and back the same way.
+  seqbench::Stream third;
+  seqbench::Event forked_again, joined_again;
+  ASSERT_EQ(cudaStreamBeginCapture(origin.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(forked.get(), origin.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side.get(), forked.get(), 0), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(forked_again.get(), side.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(third.get(), forked_again.get(), 0), cudaSuccess);
+  add_kernel<<<1, 1, 0, third.get()>>>(y.data(), 3);
+  ASSERT_EQ(cudaEventRecord(joined_again.get(), third.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side.get(), joined_again.get(), 0), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(joined.get(), side.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(origin.get(), joined.get(), 0), cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(origin.get(), &graph), cudaSuccess)
+      << "the third stream joined through side";
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+
+  // Unjoined: the forked stream's kernel is never waited on, comes after the joining record, or
+  // is waited on only by another forked stream that never joins back.
+  for (const int variant : {0, 1, 2}) {
+    SCOPED_TRACE(variant == 0   ? "no joining record"
+                 : variant == 1 ? "work after the joining record"
+                                : "joined only to a stream that never joins back");
+    ASSERT_EQ(cudaStreamBeginCapture(origin.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(forked.get(), origin.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(side.get(), forked.get(), 0), cudaSuccess);
+    if (variant == 1) {
+      ASSERT_EQ(cudaEventRecord(joined.get(), side.get()), cudaSuccess);
+      ASSERT_EQ(cudaStreamWaitEvent(origin.get(), joined.get(), 0), cudaSuccess);
+    }
+    if (variant == 2) {
+      ASSERT_EQ(cudaStreamWaitEvent(third.get(), forked.get(), 0), cudaSuccess);
+    }
+    add_kernel<<<1, 1, 0, side.get()>>>(y.data(), 2);
+    if (variant == 2) {
+      ASSERT_EQ(cudaEventRecord(joined.get(), side.get()), cudaSuccess);
+      ASSERT_EQ(cudaStreamWaitEvent(third.get(), joined.get(), 0), cudaSuccess);
+    }
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(cudaStreamEndCapture(origin.get(), &graph), cudaErrorStreamCaptureUnjoined);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("has work the capture's origin does not wait on"), std::string::npos) << err;
+    EXPECT_EQ(graph, nullptr);
+    for (const seqbench::Stream* s : {&side, &third}) {
+      ASSERT_EQ(cudaStreamIsCapturing(s->get(), &status), cudaSuccess);
+      EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+    }
+    cudaGetLastError();
+  }
+
+  // A capturing stream may not wait on an event recorded outside its capture: the capture is
+  // invalidated.
+  ASSERT_EQ(cudaEventRecord(forked.get(), side.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(origin.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cudaStreamWaitEvent(origin.get(), forked.get(), 0), cudaErrorStreamCaptureIsolation);
+  EXPECT_EQ(cudaStreamEndCapture(origin.get(), &graph), cudaErrorStreamCaptureInvalidated);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(graph, nullptr);
+  cudaGetLastError();
+
+  // Nor on one recorded in another capture (a merge): both are invalidated.
+  ASSERT_EQ(cudaStreamBeginCapture(origin.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(third.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(forked.get(), third.get()), cudaSuccess);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(cudaStreamWaitEvent(origin.get(), forked.get(), 0), cudaErrorStreamCaptureMerge);
+  EXPECT_EQ(cudaStreamEndCapture(origin.get(), &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaStreamEndCapture(third.get(), &graph), cudaErrorStreamCaptureInvalidated);
+  ::testing::internal::GetCapturedStderr();
+  cudaGetLastError();
+  EXPECT_EQ(y.copy_to_host()[0], 2) << "no unjoined capture ever ran";
+}
+
 TEST_F(Simt, AReplayedCopyIntoFreedMemoryIsRefused) {
   seqbench::Stream stream;
   auto buffer = std::make_unique<DeviceBuffer<int>>(4);

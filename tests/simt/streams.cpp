@@ -16,13 +16,25 @@
 //     that is not relaxed is in progress;
 //   - work issued into an invalidated capture, and cudaStreamEndCapture of it, return
 //     cudaErrorStreamCaptureInvalidated (the latter with no graph).
-// What it does not: events recorded inside a capture (fork/join across streams: refused as not
-// emulated), graph updates, and any concurrency. Launches run when issued and replays run when
-// launched, one host thread, so stream and event synchronization only keep their error semantics
-// and an elapsed time between events is the emulation's host time.
+//   - fork and join: an event recorded into a capturing stream, waited on by another stream, brings
+//     that stream into the same capture (its work becomes nodes of the same graph). By
+//     cudaStreamEndCapture the origin must depend, through events recorded and waited on,
+//     directly or through other streams of the capture, on the last work of every stream that
+//     joined it, or the end fails with cudaErrorStreamCaptureUnjoined (no graph), as CUDA's does
+//     (each stream keeps, per stream of the capture, how many of its nodes it depends on; a record
+//     copies that, a wait merges it in). Waiting inside a capture on an event recorded outside it
+//     (cudaErrorStreamCaptureIsolation) or in another capture (cudaErrorStreamCaptureMerge) is
+//     refused and invalidates the captures involved. The graph's nodes stay in issue order, which
+//     is one valid order of the forked graph's (the emulation runs no two nodes at once).
+// What it does not: graph updates, and any concurrency. Launches run when issued and replays run
+// when launched, one host thread, so stream and event synchronization only keep their error
+// semantics, a fork's branches run one after the other, and an elapsed time between events is the
+// emulation's host time.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -48,12 +60,33 @@ struct GraphExec {
   std::vector<Node> nodes;
 };
 
+struct StreamState;
+
+// One capture: begun on `origin`, joined by the streams that waited on an event recorded in it.
+struct Capture {
+  StreamState* origin = nullptr;
+  bool invalidated = false;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::unique_ptr<Graph> graph;
+  std::set<StreamState*> members;  // origin included
+};
+
 struct StreamState {
   unsigned flags = cudaStreamDefault;
   bool capturing = false;
-  bool invalidated = false;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
-  std::unique_ptr<Graph> graph;  // while capturing
+  std::shared_ptr<Capture> capture;  // while capturing
+  // Nodes issued to this stream in its capture, and for each stream of the capture how many of
+  // its nodes this stream's next work depends on (this stream's own: all of them, not listed).
+  std::size_t issued = 0;
+  std::map<const StreamState*, std::size_t> depends;
+};
+
+// An event: the host time of its last record and, when that record was in a capture, where.
+struct EventState {
+  std::chrono::steady_clock::time_point time;
+  std::weak_ptr<Capture> capture;  // expired or empty: recorded outside any live capture
+  // What work after a wait on it depends on: the recording stream's dependencies and its issued count.
+  std::map<const StreamState*, std::size_t> depends;
 };
 
 struct Streams {
@@ -101,7 +134,7 @@ StreamState* blocking_capture() {
 cudaError_t legacy_dependency(const std::string& api) {
   StreamState* s = blocking_capture();
   if (s == nullptr) return cudaSuccess;
-  s->invalidated = true;
+  s->capture->invalidated = true;
   return fail(cudaErrorStreamCaptureImplicit,
               api + " on the legacy stream while a blocking stream captures (the capture is invalidated)");
 }
@@ -128,10 +161,11 @@ cudaError_t runtime_submit(const char* api, cudaStream_t stream, NodeKind kind, 
     if (const cudaError_t e = legacy_dependency(api)) return e;
   }
   if (StreamState* s = state_of(stream); s != nullptr && s->capturing) {
-    if (s->invalidated)
+    if (s->capture->invalidated)
       return fail(cudaErrorStreamCaptureInvalidated,
                   std::string(api) + " into a stream whose capture was invalidated by an earlier call");
-    s->graph->nodes.push_back(Node{kind, api, std::move(op)});
+    s->capture->graph->nodes.push_back(Node{kind, api, std::move(op)});
+    ++s->issued;
     return cudaSuccess;
   }
   op();
@@ -141,8 +175,9 @@ cudaError_t runtime_submit(const char* api, cudaStream_t stream, NodeKind kind, 
 cudaError_t runtime_refuse_while_capturing(const char* api) {
   bool refused = false;
   for (StreamState* s : streams().live) {
-    if (s->capturing && s->mode != cudaStreamCaptureModeRelaxed) {
-      s->invalidated = true;  // as CUDA does: the capture cannot be trusted to hold the call's effect
+    if (s->capturing && s->capture->mode != cudaStreamCaptureModeRelaxed) {
+      s->capture->invalidated =
+          true;  // as CUDA does: the capture cannot be trusted to hold the call's effect
       refused = true;
     }
   }
@@ -199,7 +234,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (const cudaError_t e = require_live("cudaStreamSynchronize", stream)) return e;
   if (StreamState* s = state_of(stream); s != nullptr && s->capturing) {
-    s->invalidated = true;
+    s->capture->invalidated = true;
     return fail(cudaErrorStreamCaptureUnsupported,
                 "cudaStreamSynchronize of a capturing stream (the capture is invalidated)");
   }
@@ -225,10 +260,15 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
       mode != cudaStreamCaptureModeRelaxed)
     return fail(cudaErrorInvalidValue,
                 "cudaStreamBeginCapture: mode " + std::to_string(static_cast<int>(mode)));
+  auto capture = std::make_shared<Capture>();
+  capture->origin = s;
+  capture->mode = mode;
+  capture->graph = std::make_unique<Graph>();
+  capture->members.insert(s);
   s->capturing = true;
-  s->invalidated = false;
-  s->mode = mode;
-  s->graph = std::make_unique<Graph>();
+  s->capture = std::move(capture);
+  s->issued = 0;
+  s->depends.clear();
   return cudaSuccess;
 }
 
@@ -236,12 +276,32 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   StreamState* s = state_of(stream);
   if (s == nullptr || !s->capturing)
     return fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream does not capture");
+  if (s->capture->origin != s)
+    return fail(cudaErrorStreamCaptureUnmatched,
+                "cudaStreamEndCapture on a stream that joined a capture begun on another stream");
   *graph = nullptr;
-  s->capturing = false;
-  std::unique_ptr<Graph> captured = std::move(s->graph);
-  if (s->invalidated)
+  const std::shared_ptr<Capture> capture = std::move(s->capture);
+  bool unjoined = false;
+  for (StreamState* member : capture->members) {
+    if (member != s) {
+      const auto known = s->depends.find(member);
+      if (member->issued > (known == s->depends.end() ? 0 : known->second)) unjoined = true;
+    }
+  }
+  for (StreamState* member : capture->members) {
+    member->capturing = false;
+    member->capture.reset();
+    member->issued = 0;
+    member->depends.clear();
+  }
+  if (capture->invalidated)
     return fail(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture: the capture was invalidated");
-  *graph = reinterpret_cast<cudaGraph_t>(captured.release());
+  if (unjoined)
+    return fail(cudaErrorStreamCaptureUnjoined,
+                "cudaStreamEndCapture: a stream forked from the capture has work the capture's origin does "
+                "not wait on (record an event on it after its last work, and make the origin wait on "
+                "that, directly or through another stream of the capture)");
+  *graph = reinterpret_cast<cudaGraph_t>(capture->graph.release());
   return runtime_sticky_error();
 }
 
@@ -249,7 +309,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
   if (const cudaError_t e = require_live("cudaStreamIsCapturing", stream)) return e;
   const StreamState* s = state_of(stream);
   *status = s == nullptr || !s->capturing ? cudaStreamCaptureStatusNone
-            : s->invalidated              ? cudaStreamCaptureStatusInvalidated
+            : s->capture->invalidated     ? cudaStreamCaptureStatusInvalidated
                                           : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
@@ -313,9 +373,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
 }
 
 // Events hold the host time of their record: work runs when issued, so an elapsed time is the
-// emulation's time, meaningless as a GPU timing but well defined.
+// emulation's time, meaningless as a GPU timing but well defined. A record into a capture also
+// says which capture and how far the recording stream had got (fork and join, above).
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
-  *event = reinterpret_cast<cudaEvent_t>(new std::chrono::steady_clock::time_point());
+  *event = reinterpret_cast<cudaEvent_t>(new EventState());
   return runtime_sticky_error();
 }
 
@@ -324,19 +385,83 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<std::chrono::steady_clock::time_point*>(event);
+  delete reinterpret_cast<EventState*>(event);
   return runtime_sticky_error();
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (event == nullptr) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: null event");
   if (const cudaError_t e = require_live("cudaEventRecord", stream)) return e;
-  if (StreamState* s = state_of(stream); s != nullptr && s->capturing)
-    return fail(cudaErrorNotSupported, "cudaEventRecord into a capturing stream is not emulated");
+  auto* ev = reinterpret_cast<EventState*>(event);
+  if (StreamState* s = state_of(stream); s != nullptr && s->capturing) {
+    if (s->capture->invalidated)
+      return fail(cudaErrorStreamCaptureInvalidated,
+                  "cudaEventRecord into a stream whose capture was invalidated by an earlier call");
+    ev->capture = s->capture;
+    ev->depends = s->depends;
+    ev->depends[s] = s->issued;
+    return cudaSuccess;
+  }
   if (is_legacy(stream)) {
     if (const cudaError_t e = simt::detail::legacy_dependency("cudaEventRecord")) return e;
   }
-  *reinterpret_cast<std::chrono::steady_clock::time_point*>(event) = std::chrono::steady_clock::now();
+  ev->time = std::chrono::steady_clock::now();
+  ev->capture.reset();
+  ev->depends.clear();
   return runtime_sticky_error();
+}
+
+// Outside a capture the emulation's work is already complete when it is issued, so a wait orders
+// nothing. An event recorded in a live capture brings `stream` into it (a fork), or, on a stream
+// already in it, adds what the event depends on to what the stream's next work depends on (a join).
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (event == nullptr) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: null event");
+  if (flags != 0) return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags are not emulated");
+  if (const cudaError_t e = require_live("cudaStreamWaitEvent", stream)) return e;
+  const auto* ev = reinterpret_cast<const EventState*>(event);
+  const std::shared_ptr<Capture> from = ev->capture.lock();
+  StreamState* s = state_of(stream);
+  if (from == nullptr) {
+    if (s != nullptr && s->capturing) {
+      s->capture->invalidated = true;
+      return fail(cudaErrorStreamCaptureIsolation,
+                  "cudaStreamWaitEvent: a capturing stream waits on an event recorded outside its capture "
+                  "(the capture is invalidated)");
+    }
+    if (is_legacy(stream)) {
+      if (const cudaError_t e = simt::detail::legacy_dependency("cudaStreamWaitEvent")) return e;
+    }
+    return runtime_sticky_error();
+  }
+  if (s == nullptr) {
+    from->invalidated = true;
+    return fail(cudaErrorStreamCaptureUnsupported,
+                "cudaStreamWaitEvent: a default stream waits on an event recorded in a capture (only created "
+                "streams are emulated as joining one; the capture is invalidated)");
+  }
+  if (from->invalidated)
+    return fail(cudaErrorStreamCaptureInvalidated,
+                "cudaStreamWaitEvent on an event of an invalidated capture");
+  if (s->capturing && s->capture != from) {
+    s->capture->invalidated = true;
+    from->invalidated = true;
+    return fail(cudaErrorStreamCaptureMerge,
+                "cudaStreamWaitEvent: the stream captures, and the event was recorded in another capture "
+                "(both captures are invalidated)");
+  }
+  if (!s->capturing) {  // a fork: the stream joins the capture
+    s->capturing = true;
+    s->capture = from;
+    s->issued = 0;
+    s->depends.clear();
+    from->members.insert(s);
+  }
+  for (const auto& [member, nodes] : ev->depends) {
+    if (member == s) continue;
+    std::size_t& known = s->depends[member];
+    known = std::max(known, nodes);
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
@@ -345,8 +470,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t) {
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  const auto a = *reinterpret_cast<std::chrono::steady_clock::time_point*>(start);
-  const auto b = *reinterpret_cast<std::chrono::steady_clock::time_point*>(end);
+  const auto a = reinterpret_cast<const EventState*>(start)->time;
+  const auto b = reinterpret_cast<const EventState*>(end)->time;
   *ms = std::chrono::duration<float, std::milli>(b - a).count();
   return runtime_sticky_error();
 }
