@@ -12,3 +12,4 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "core/philox.h"
+#include "core/stream_fork.h"

@@ -5,6 +5,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "core/cuda_check.h"
@@ -673,6 +674,18 @@ __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
   }
 }
 
+// The forked launch's zero fill (launch_embedding_bwd_sorted with a StreamFork): the window
+// kernel's zero blocks as a kernel of their own, on the side stream, so that it runs beside the
+// sort, the window kernel (then without zero blocks) and the merge. One block an SM (the
+// launcher's grid): a block's 8 warps issue 16-byte stores back to back, which is what an SM's
+// share of the write bandwidth needs, and leave the SMs' other slots to the kernels of the main
+// branch, whose latency the fork is there to hide.
+template <class T>
+__global__ void __launch_bounds__(kThreads) embedding_zero_rows_kernel(const ChunkArgs<T> a) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  zero_untouched_rows(a, blockIdx.x, gridDim.x, warp, lane);
+}
+
 // Warp w of block x takes window k = 8x + w; it works only when a segment that crosses the end
 // of window k starts in window k: its row = its first piece's partial (slot 2k or 2k + 1) + the
 // partials 2k' of the following windows k' that start with the same key, added in window order,
@@ -1308,11 +1321,12 @@ template <class T>
 void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
                                  const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, const StreamFork* fork) {
   SEQBENCH_NVTX_RANGE("embedding_bwd_sorted");
   constexpr const char* op = "embedding_bwd_sorted";
   require_embedding_args(shape, config, op);
   require_bwd_pointers(d_token_table, d_position_table, dy, tokens, shape, config, op);
+  if (fork != nullptr) require_stream_fork(*fork, stream, op);
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
   // The layout without the CUB part first: the pointer checks need no device.
@@ -1399,21 +1413,28 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   c.window_blocks = window_blocks;
   c.tile_passes =
       std::min<std::int64_t>(tiles, std::max<std::int64_t>(1, (std::int64_t{1} << 30) / window_blocks));
-  // The window and merge kernels over one table's sorted pairs (the partials are reused).
-  const auto reduce_table = [&](T* grad, std::int64_t rows, float out_scale, const std::uint32_t* keys,
-                                const std::int32_t* values, const std::uint32_t* touched) {
-    c.grad = grad;
-    c.rows = rows;
-    c.out_scale = out_scale;
-    c.keys = keys;
-    c.values = values;
-    c.touched = touched;
-    c.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(dy) && is_vector_aligned(grad);
-    const std::int64_t zero_blocks = (rows + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp);
-    const std::int64_t blocks = c.window_blocks * c.tile_passes + zero_blocks;
-    embedding_window_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(c);
+  // One table's arguments of the window, merge and zero kernels (the partials are reused).
+  const auto table_args = [&](T* grad, std::int64_t rows, float out_scale, const std::uint32_t* keys,
+                              const std::int32_t* values, const std::uint32_t* touched) {
+    ChunkArgs<T> t = c;
+    t.grad = grad;
+    t.rows = rows;
+    t.out_scale = out_scale;
+    t.keys = keys;
+    t.values = values;
+    t.touched = touched;
+    t.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(dy) && is_vector_aligned(grad);
+    return t;
+  };
+  // The window kernel, with its zero blocks unless the fork's side stream zeroes the table, then
+  // the merge kernel.
+  const auto reduce_table = [&](const ChunkArgs<T>& t, bool zero_rows) {
+    const std::int64_t zero_blocks =
+        zero_rows ? (t.rows + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp) : 0;
+    const std::int64_t blocks = t.window_blocks * t.tile_passes + zero_blocks;
+    embedding_window_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(t);
     SEQBENCH_CUDA_CHECK_LAUNCH();
-    embedding_merge_kernel<T><<<grid, kThreads, 0, stream>>>(c);
+    embedding_merge_kernel<T><<<grid, kThreads, 0, stream>>>(t);
     SEQBENCH_CUDA_CHECK_LAUNCH();
   };
   const auto sort = [&](std::size_t keys_in, std::size_t values_in, std::size_t keys_out,
@@ -1423,10 +1444,28 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
         base + arrays.sort_temp, temp, u32(keys_in), u32(keys_out), i32(values_in), i32(values_out),
         static_cast<int>(n), 0, embedding_sort_key_bits(rows), stream));
   };
+  const ChunkArgs<T> token_args =
+      table_args(d_token_table, shape.vocab, config.scale, u32(arrays.token_keys_out),
+                 i32(arrays.token_values_out), u32(arrays.token_touched));
+  std::optional<ForkScope> branch;
+  if (fork != nullptr) {
+    // The token table's bitmap is complete once the key kernel has run: from here its zero fill
+    // (most of the bytes at a large vocabulary) runs on the side stream, beside the sort, the
+    // window and merge kernels and the position table's work (mostly latency), instead of after
+    // the sort. The two branches write disjoint rows. The launch's stream waits for it at the end
+    // (or, should a later call throw, when `branch` goes out of scope).
+    int device = 0, sms = 0;
+    SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
+    SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const std::int64_t zero_blocks = std::min<std::int64_t>(sms, (shape.vocab + kWarps - 1) / kWarps);
+    branch.emplace(*fork, stream);
+    embedding_zero_rows_kernel<T>
+        <<<static_cast<unsigned>(zero_blocks), kThreads, 0, branch->side()>>>(token_args);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  }
   sort(arrays.token_keys_in, arrays.token_values_in, arrays.token_keys_out, arrays.token_values_out,
        shape.vocab);
-  reduce_table(d_token_table, shape.vocab, config.scale, u32(arrays.token_keys_out),
-               i32(arrays.token_values_out), u32(arrays.token_touched));
+  reduce_table(token_args, fork == nullptr);
   if (learned) {
     if (nonpad) {
       sort(arrays.position_keys_in, arrays.position_values_in, arrays.position_keys_out,
@@ -1449,9 +1488,11 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
                                    kThreads, 0, stream>>>(sk);
       SEQBENCH_CUDA_CHECK_LAUNCH();
     }
-    reduce_table(d_position_table, shape.num_positions, 1.0f, u32(arrays.position_keys_out),
-                 i32(arrays.position_values_out), u32(arrays.position_touched));
+    reduce_table(table_args(d_position_table, shape.num_positions, 1.0f, u32(arrays.position_keys_out),
+                            i32(arrays.position_values_out), u32(arrays.position_touched)),
+                 true);
   }
+  if (branch) branch->join();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1569,7 +1610,8 @@ void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, cons
   template void launch_embedding_bwd_atomic<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
                                                const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
   template void launch_embedding_bwd_sorted<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
-                                               const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
+                                               const EmbeddingConfig&, void*, std::size_t, cudaStream_t,     \
+                                               const StreamFork*);                                           \
   template void launch_gather_rows<T>(T*, const T*, std::int64_t, const std::int32_t*, std::int64_t,         \
                                       std::int64_t, cudaStream_t);                                           \
   template void launch_scale<T>(T*, const T*, std::size_t, float, cudaStream_t);                             \

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/stream_fork.h"
 #include "kernels/dropout.h"
 
 namespace seqbench::kernels {
@@ -157,7 +158,7 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 //   in L2.
 //
 // launch_embedding_bwd_sorted<T>(d_token_table, d_position_table, dy, tokens, shape, config,
-//                                workspace, workspace_bytes, stream)
+//                                workspace, workspace_bytes, stream, fork = nullptr)
 //   Deterministic, no float atomics (the scheme of PyTorch's embedding_backward_cuda_kernel, with
 //   chunks fixed by the sorted order):
 //   (1) cudaMemsetAsync clears a bitmap of each table's rows (vocab/8 and num_positions/8 bytes),
@@ -182,6 +183,13 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 //       and rounds once. A token used m times is summed by ceil(m/32) + 1 warps in parallel
 //       instead of serially; float summation depth <= min(m, 32) + ceil(m/32).
 //   Both orders depend on the tokens and the constant 32 only: bitwise reproducible on any GPU.
+//   With a `fork` (core/stream_fork.h; the layer and the operator suite pass one), the token
+//   table's zero rows are written by a kernel of their own on fork->side once (2)'s key kernel has
+//   marked the bitmap (at most one block an SM, 8 warps, a warp per row; 16-byte stores on the
+//   vector path), beside (2)'s sort, (3)-(4) and the position table's work, whose latency it hides;
+//   (3) then launches no zero blocks for the token table, and the launch's stream waits on
+//   fork->joined before the launcher returns, or throws. The same bits as without a fork (the
+//   branches write disjoint rows). The fork is checked with require_stream_fork before any CUDA call.
 //   Learned positions: with nonpad_count indexing the positions pre-pass (into the workspace),
 //   a second key kernel output and sort; with slot
 //   indexing no sort at all: position offset + l receives the entries b·L + l in increasing b,
@@ -243,7 +251,7 @@ template <class T>
 void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
                                  const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, const StreamFork* fork = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // Unfused baseline, one op per kernel as PyTorch eager runs fairseq's TransformerEncoder

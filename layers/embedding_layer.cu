@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "core/stream_fork.h"
 #include "layers/config.h"
 #include "layers/embedding_layer.h"
 #include "layers/parameter_ranges.h"
@@ -213,6 +215,9 @@ EmbeddingForwardBytes require_embedding_forward(const char* layer, const Embeddi
 
 struct EmbeddingLayer::Impl {
   std::unique_ptr<MemoryManager> memory;
+  // The sorted backward's side stream and events (its zero fill runs beside its sort), created
+  // with the block by reserve().
+  std::optional<OwnedStreamFork> fork;
   TensorId fwd_ws = 0, bwd_ws = 1;
   // The last forward, which backward() differentiates.
   bool have_forward = false;
@@ -248,6 +253,9 @@ EmbeddingLayer::~EmbeddingLayer() = default;
 
 void EmbeddingLayer::reserve() {
   if (impl_->memory) return;
+  // The fork first, so that a failure to create it leaves the layer unreserved (a later reserve()
+  // tries again) rather than reserved without one.
+  if (options_.deterministic_backward && !impl_->fork) impl_->fork.emplace();
   std::vector<TensorLifetime> lifetimes = embedding_layer_lifetimes(config_, options_);
   impl_->memory = std::make_unique<MemoryManager>(std::move(lifetimes), allocator_);
   impl_->fwd_ws = impl_->memory->id(options_.prefix + "fwd_workspace");
@@ -322,7 +330,7 @@ void EmbeddingLayer::backward(const void* dy, const std::int32_t* tokens, cudaSt
     T* d_pos = static_cast<T*>(grads_.position_table);
     if (options_.deterministic_backward) {
       kernels::launch_embedding_bwd_sorted<T>(d_tok, d_pos, static_cast<const T*>(dy), tokens, shape, kc,
-                                              ws.first, ws.second, stream);
+                                              ws.first, ws.second, stream, &impl_->fork->get());
     } else {
       kernels::launch_embedding_bwd_atomic<T>(d_tok, d_pos, static_cast<const T*>(dy), tokens, shape, kc,
                                               ws.first, ws.second, stream);

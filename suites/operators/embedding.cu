@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -45,6 +46,7 @@
 #include "core/cuda_check.h"
 #include "core/device_buffer.h"
 #include "core/dtype.h"
+#include "core/stream_fork.h"
 #include "kernels/bias_dropout_residual.h"
 #include "kernels/dropout.h"
 #include "kernels/embedding.h"
@@ -144,6 +146,7 @@ struct BenchState {
   DeviceBuffer<T> token_table, position_table, out, tmp, tmp2, tmp3, d_tok, d_pos;
   DeviceBuffer<std::uint8_t> mask;
   DeviceBuffer<unsigned char> workspace, positions_ws;  // sorted backward; fused fwd / atomic bwd
+  std::optional<OwnedStreamFork> fork;                  // sorted backward: its zero fill's side stream
 };
 
 template <class T>
@@ -239,6 +242,7 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
       st->d_pos = DeviceBuffer<T>(learned ? static_cast<std::size_t>(shape.num_positions) * h : 0);
       st->workspace =
           DeviceBuffer<unsigned char>(kernels::embedding_bwd_sorted_workspace_bytes(shape, config));
+      st->fork.emplace();
     }
     st->out = DeviceBuffer<T>(n * h);  // y, or dy for backward
     if (backward) fill(st->out, kBenchSeed + 3, -1.0f, 1.0f);
@@ -304,7 +308,7 @@ ExperimentSpec embedding_experiment(std::int64_t tokens, std::int64_t hidden, st
       p.variants.push_back([st](cudaStream_t s) {
         kernels::launch_embedding_bwd_sorted(st->d_tok.data(), st->d_pos.data(), st->out.data(),
                                              st->tokens.data(), st->shape, st->config, st->workspace.data(),
-                                             st->workspace.size(), s);
+                                             st->workspace.size(), s, &st->fork->get());
       });
     }
     // For `seqbench dump`: the inputs, the keep mask and what the dumped variant wrote (suites/pytorch's
@@ -528,8 +532,10 @@ void check_case(const Case& c, Tallies& t) {
   const auto tok_elems = static_cast<std::size_t>(shape.vocab * h);
   const auto pos_elems = learned ? static_cast<std::size_t>(pos_rows * h) : 0;
 
-  // Fused forward and sorted backward, twice.
+  // Fused forward and sorted backward, twice: the backward as the suite times it (its zero fill
+  // forked onto a side stream), then on one stream, which must give the same bits.
   std::vector<T> y1, dt1, dp1;
+  const OwnedStreamFork fork;
   for (int run = 0; run < 2; ++run) {
     Guarded<T> y(nh, c.off_out), dt(tok_elems, c.off_out), dp(pos_elems, c.off_out);
     DeviceBuffer<unsigned char> ws(ws_bytes), fwd_ws(fwd_ws_bytes);
@@ -539,7 +545,8 @@ void check_case(const Case& c, Tallies& t) {
                                      learned ? pos_d.data() : nullptr, shape, config, fwd_ws.data(),
                                      fwd_ws_bytes, nullptr);
     kernels::launch_embedding_bwd_sorted<T>(dt.data(), learned ? dp.data() : nullptr, dy_d.data(),
-                                            tokens_d.data(), shape, config, ws.data(), ws_bytes, nullptr);
+                                            tokens_d.data(), shape, config, ws.data(), ws_bytes, nullptr,
+                                            run == 0 ? &fork.get() : nullptr);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
     Tally& fwd_guard = run == 0 ? t.fwd : t.determinism;
     Tally& bwd_guard = run == 0 ? t.bwd_sorted : t.determinism;
@@ -547,8 +554,10 @@ void check_case(const Case& c, Tallies& t) {
                    gp = dp.download(bwd_guard, where);
     if (run == 1) {
       t.determinism.add_exact(same_bits(gy, y1), where, "second forward differs bitwise");
-      t.determinism.add_exact(same_bits(gt, dt1), where, "second sorted d_token_table differs bitwise");
-      t.determinism.add_exact(same_bits(gp, dp1), where, "second sorted d_position_table differs bitwise");
+      t.determinism.add_exact(same_bits(gt, dt1), where,
+                              "sorted d_token_table on one stream differs bitwise from the forked one");
+      t.determinism.add_exact(same_bits(gp, dp1), where,
+                              "sorted d_position_table on one stream differs bitwise from the forked one");
     } else {
       y1 = std::move(gy);
       dt1 = std::move(gt);

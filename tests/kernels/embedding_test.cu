@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/device_buffer.h"
+#include "core/stream_fork.h"
 #include "kernels/embedding.h"
 #include "suites/operators/check_util.h"
 #include "suites/operators/operators.h"
@@ -184,7 +185,8 @@ TEST(EmbeddingGpu, EmptyBatchZeroesTheGradientTables) {
   EmbeddingConfig config;
   config.positions = kernels::PositionEncoding::learned;
   DeviceBuffer<__half> dt(7 * 1023), dp(9 * 1023);
-  for (int variant = 0; variant < 2; ++variant) {
+  const OwnedStreamFork fork;
+  for (int variant = 0; variant < 3; ++variant) {  // atomic, sorted, sorted with a fork
     dt.fill_bytes(0xFF);
     dp.fill_bytes(0xFF);
     if (variant == 0) {
@@ -192,7 +194,7 @@ TEST(EmbeddingGpu, EmptyBatchZeroesTheGradientTables) {
                                                    nullptr, 0, nullptr);
     } else {
       kernels::launch_embedding_bwd_sorted<__half>(dt.data(), dp.data(), nullptr, nullptr, shape, config,
-                                                   nullptr, 0, nullptr);
+                                                   nullptr, 0, nullptr, variant == 2 ? &fork.get() : nullptr);
     }
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
     for (const auto v : dt.copy_to_host()) ASSERT_EQ(to_float(v), 0.0f) << variant;

@@ -298,6 +298,27 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   expect_error(
       [&] { launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, bad, ws, 1 << 20, nullptr); },
       "embedding_bwd_sorted: padding_idx 11");
+  // A fork: a created side stream (not a default one) other than the launch's, two distinct events
+  // (checked before the workspace: the handles below are never used).
+  const auto stream = reinterpret_cast<cudaStream_t>(fake<void>(20));
+  const auto side = reinterpret_cast<cudaStream_t>(fake<void>(21));
+  const auto e1 = reinterpret_cast<cudaEvent_t>(fake<void>(22));
+  const auto e2 = reinterpret_cast<cudaEvent_t>(fake<void>(23));
+  const auto with_fork = [&](StreamFork fork) {
+    return [&, fork] {
+      launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, ws, 1 << 20, stream, &fork);
+    };
+  };
+  expect_error(with_fork({nullptr, e1, e2}),
+               "embedding_bwd_sorted: fork.side is a default stream (the legacy one)");
+  expect_error(with_fork({cudaStreamLegacy, e1, e2}), "fork.side is a default stream (the legacy one)");
+  expect_error(with_fork({cudaStreamPerThread, e1, e2}),
+               "fork.side is a default stream (the per-thread one)");
+  expect_error(with_fork({stream, e1, e2}), "embedding_bwd_sorted: fork.side is the launch's own stream");
+  expect_error(with_fork({side, nullptr, e2}), "embedding_bwd_sorted: fork.forked is a null event");
+  expect_error(with_fork({side, e1, nullptr}), "embedding_bwd_sorted: fork.joined is a null event");
+  expect_error(with_fork({side, e1, e1}),
+               "embedding_bwd_sorted: fork.forked and fork.joined are the same event");
 }
 
 TEST(EmbeddingLaunchers, RejectTensorsNotAlignedToTheirElement) {
