@@ -469,6 +469,18 @@ __global__ void __launch_bounds__(kThreads) embedding_keys_kernel(const KeyArgs 
   }
 }
 
+// The forked atomic backward's marks (launch_embedding_bwd_atomic with a StreamFork): bit `token`
+// of the token table's bitmap for every valid token, a thread per token, whole warps
+// grid-striding as in the key kernel (mark_rows_warp's shuffles need every lane).
+__global__ void __launch_bounds__(kThreads)
+    embedding_mark_tokens_kernel(const TileArgs tile, std::uint32_t* touched) {
+  const std::uint32_t stride = gridDim.x * blockDim.x, lane = threadIdx.x % 32;
+  for (std::uint32_t i0 = blockIdx.x * blockDim.x + threadIdx.x - lane; i0 < tile.n; i0 += stride) {
+    const Slot s = token_slot<false>(tile, i0 + lane);  // the token alone: no position needed
+    mark_rows_warp(touched, static_cast<std::uint32_t>(s.token), s.valid);
+  }
+}
+
 // Slot-indexed learned positions need no sort: position offset + l receives the entries
 // b·L + l, b = 0 .. B-1, in increasing b. Entry j = l·B + b of the "sorted" arrays gets key
 // offset + l and value b·L + l, or -1 (skipped by the window kernel) for padding and invalid
@@ -547,24 +559,35 @@ __device__ __forceinline__ int tile_columns(std::int64_t tile, int lane, std::in
   return c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
 }
 
-// The zero part of the window kernel: warp w of zero block z takes rows 8z + w, then every
-// (zero blocks · 8)-th row after it, and writes a row of zeros where the bitmap has no bit (a
-// warp-uniform branch on one broadcast word): 16-byte stores when vector_path, else one element a lane.
-template <class T>
-__device__ __forceinline__ void zero_untouched_rows(const ChunkArgs<T>& a, std::int64_t zero_block,
-                                                    std::int64_t zero_blocks, int warp, int lane) {
+// The zero part of the window kernel (and the zero kernels of the forked launches): warp w of
+// zero block z takes rows 8z + w, then every (zero blocks · 8)-th row after it, and writes a row
+// of zeros where the bitmap's bit is clear (kMarked false: the rows no gradient reaches) or set
+// (kMarked true: the rows the atomic backward then adds into), a warp-uniform branch on one
+// broadcast word: 16-byte stores when vector_path, else one element a lane. kStreaming: the
+// vector stores are evict-first (st.global.cs), for zeros this launch never reads again, so that
+// they do not push out of L2 the lines it does.
+template <class T, bool kMarked = false, bool kStreaming = false>
+__device__ __forceinline__ void zero_rows(const ChunkArgs<T>& a, std::int64_t zero_block,
+                                          std::int64_t zero_blocks, int warp, int lane) {
   constexpr int K = Packed<T>::kSize;
+  static_assert(sizeof(Packed<T>) == sizeof(int4), "a 16-byte vector");
   const std::int64_t hidden = a.hidden;
   const T zero = from_float<T>(0.0f);
   Packed<T> zeros;
 #pragma unroll
   for (int c = 0; c < K; ++c) zeros.v[c] = zero;
   for (std::int64_t r = zero_block * kWarps + warp; r < a.rows; r += zero_blocks * kWarps) {
-    if (((a.touched[r >> 5] >> (r & 31)) & 1u) != 0) continue;
+    if ((((a.touched[r >> 5] >> (r & 31)) & 1u) != 0) != kMarked) continue;
     T* row = a.grad + r * hidden;
     if (a.vector_path) {
-      for (std::int64_t c = static_cast<std::int64_t>(lane) * K; c < hidden; c += 32 * K)
-        zeros.store(row + c);
+      for (std::int64_t c = static_cast<std::int64_t>(lane) * K; c < hidden; c += 32 * K) {
+        if constexpr (kStreaming) {
+          SEQBENCH_CHECK_VECTOR_ACCESS(row + c, sizeof(int4));
+          __stcs(reinterpret_cast<int4*>(row + c), make_int4(0, 0, 0, 0));  // +0 in every T
+        } else {
+          zeros.store(row + c);
+        }
+      }
     } else {
       for (std::int64_t c = lane; c < hidden; c += 32) row[c] = zero;
     }
@@ -580,7 +603,7 @@ constexpr int kWindowMinBlocks = sizeof(T) == 4 ? 4 : 2;
 // Grid (1D): the first window_blocks · tile_passes blocks reduce, block b taking the windows of
 // block column x = b % window_blocks (warp w: window 8x + w) and the column tiles of 32·K columns
 // b / window_blocks, + tile_passes, ...; the blocks after them zero the rows that no key names
-// (zero_untouched_rows), and, coming last in the grid, stream their stores while the reduce
+// (zero_rows), and, coming last in the grid, stream their stores while the reduce
 // warps wait on their dy loads. No __syncthreads.
 template <class T>
 __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
@@ -590,8 +613,7 @@ __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t block = blockIdx.x, reduce_blocks = a.window_blocks * a.tile_passes;
   if (block >= reduce_blocks) {
-    zero_untouched_rows(a, block - reduce_blocks, static_cast<std::int64_t>(gridDim.x) - reduce_blocks, warp,
-                        lane);
+    zero_rows(a, block - reduce_blocks, static_cast<std::int64_t>(gridDim.x) - reduce_blocks, warp, lane);
     return;
   }
   // 32-bit division (blocks < 2^31): the 64-bit one is a long call sequence that held registers.
@@ -674,16 +696,18 @@ __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
   }
 }
 
-// The forked launch's zero fill (launch_embedding_bwd_sorted with a StreamFork): the window
-// kernel's zero blocks as a kernel of their own, on the side stream, so that it runs beside the
-// sort, the window kernel (then without zero blocks) and the merge. One block an SM (the
-// launcher's grid): a block's 8 warps issue 16-byte stores back to back, which is what an SM's
-// share of the write bandwidth needs, and leave the SMs' other slots to the kernels of the main
-// branch, whose latency the fork is there to hide.
-template <class T>
+// The forked launches' zero fills (both backwards with a StreamFork): the window kernel's zero
+// blocks as a kernel of their own. On the side stream (kMarked false, kStreaming true) it zeroes
+// the rows no gradient reaches, beside the main branch's work: the sorted backward's sort, window
+// kernel (then without zero blocks) and merge, or the atomic backward's adds; there the
+// launchers give it at most one block an SM, whose 8 warps issue 16-byte stores back to back
+// (what an SM's share of the write bandwidth needs), leaving the SMs' other slots to the main
+// branch, whose latency the fork is there to hide. On the main stream (kMarked true, plain
+// stores, so that the lines stay in L2 for the adds) it zeroes the atomic backward's marked rows.
+template <class T, bool kMarked, bool kStreaming>
 __global__ void __launch_bounds__(kThreads) embedding_zero_rows_kernel(const ChunkArgs<T> a) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  zero_untouched_rows(a, blockIdx.x, gridDim.x, warp, lane);
+  zero_rows<T, kMarked, kStreaming>(a, blockIdx.x, gridDim.x, warp, lane);
 }
 
 // Warp w of block x takes window k = 8x + w; it works only when a segment that crosses the end
@@ -1158,23 +1182,55 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// The atomic backward's workspace: [the nonpad_count positions, B·L int32, when learned with
+// nonpad_count indexing | 256-byte aligned] then, for a forked launch, the token table's row
+// bitmap (ceil(vocab/32) words). Nothing when B·L == 0 (the launcher then only zeroes the tables).
+struct AtomicWorkspaceLayout {
+  std::size_t touched = 0, touched_bytes = 0;  // the bitmap (forked only)
+  std::size_t total = 0;
+};
+
+AtomicWorkspaceLayout atomic_workspace_layout(const EmbeddingShape& shape, const EmbeddingConfig& config,
+                                              bool forked) {
+  AtomicWorkspaceLayout l;
+  const std::int64_t n = shape.tokens();
+  if (n == 0) return l;
+  const bool prepass =
+      config.positions == PositionEncoding::learned && config.indexing == PositionIndexing::nonpad_count;
+  const std::size_t positions = prepass ? static_cast<std::size_t>(n) * sizeof(std::int32_t) : 0;
+  if (!forked) {
+    l.total = positions;
+    return l;
+  }
+  l.touched = align_up(positions);
+  l.touched_bytes = static_cast<std::size_t>((shape.vocab + 31) / 32) * sizeof(std::uint32_t);
+  l.total = l.touched + l.touched_bytes;
+  return l;
+}
+
+}  // namespace
+
 template <class T>
 void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
                                  const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, const StreamFork* fork) {
   SEQBENCH_NVTX_RANGE("embedding_bwd_atomic");
   constexpr const char* op = "embedding_bwd_atomic";
   require_embedding_args(shape, config, op);
   require_bwd_pointers(d_token_table, d_position_table, dy, tokens, shape, config, op);
+  if (fork != nullptr) require_stream_fork(*fork, stream, op);
   const bool learned = config.positions == PositionEncoding::learned;
   const std::int64_t n = shape.tokens();
   // Only a learned position table takes a gradient: sinusoidal positions are never computed here, so
   // nonpad_count indexing needs its pre-pass (and the workspace) for learned positions alone.
   const bool prepass = learned && config.indexing == PositionIndexing::nonpad_count;
+  const AtomicWorkspaceLayout layout = atomic_workspace_layout(shape, config, fork != nullptr);
   // Everything is validated before the first CUDA call.
-  if (n > 0 && prepass) {
-    const std::size_t need = embedding_bwd_atomic_workspace_bytes(shape, config);
+  if (layout.total > 0) {
+    const std::size_t need = layout.total;
     require_workspace(workspace, workspace_bytes, need, op);
     require_disjoint(d_token_table, table_bytes<T>(shape.vocab, shape.hidden), workspace, need, op,
                      "d_token_table", "workspace");
@@ -1182,11 +1238,18 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
       require_disjoint(d_position_table, table_bytes<T>(shape.num_positions, shape.hidden), workspace, need,
                        op, "d_position_table", "workspace");
     }
-    require_disjoint(workspace, need, tokens, need, op, "workspace", "tokens");
-    // The positions pre-pass writes the workspace before the scatter reads dy.
+    require_disjoint(workspace, need, tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t), op,
+                     "workspace", "tokens");
+    // The positions pre-pass and the marks write the workspace before the scatter reads dy.
     require_disjoint(workspace, need, dy, table_bytes<T>(n, shape.hidden), op, "workspace", "dy");
   }
-  SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
+  const bool forked = fork != nullptr && n > 0;
+  if (!forked) {
+    SEQBENCH_CUDA_CHECK(cudaMemsetAsync(d_token_table, 0, table_bytes<T>(shape.vocab, shape.hidden), stream));
+  } else {
+    SEQBENCH_CUDA_CHECK(cudaMemsetAsync(static_cast<unsigned char*>(workspace) + layout.touched, 0,
+                                        layout.touched_bytes, stream));
+  }
   if (learned && shape.num_positions > 0) {
     SEQBENCH_CUDA_CHECK(
         cudaMemsetAsync(d_position_table, 0, table_bytes<T>(shape.num_positions, shape.hidden), stream));
@@ -1204,11 +1267,45 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
                                shape, kernel_config);
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(dy) &&
                   is_vector_aligned(d_token_table) && is_vector_aligned_or_null(a.d_position_table);
-  dispatch_positions(kernel_config, [&](auto learned_tag, auto nonpad_tag) {
-    embedding_bwd_atomic_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
-        <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
-  });
+  const auto scatter = [&] {
+    dispatch_positions(kernel_config, [&](auto learned_tag, auto nonpad_tag) {
+      embedding_bwd_atomic_kernel<T, decltype(learned_tag)::value, decltype(nonpad_tag)::value>
+          <<<tile_blocks(shape), kThreads, 0, stream>>>(a);
+    });
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  };
+  if (!forked) {
+    scatter();
+    return;
+  }
+  // Forked: in place of a memset of the whole token table before the adds, a bitmap of the rows
+  // that get a gradient; the side stream zeroes the others (evict-first stores, never read here)
+  // while the main stream zeroes the marked rows (plain stores: they stay in L2 for the adds) and
+  // adds. The branches write disjoint rows; the adds touch only marked rows, zeroed before them on
+  // the same stream.
+  auto* touched = reinterpret_cast<std::uint32_t*>(static_cast<unsigned char*>(workspace) + layout.touched);
+  embedding_mark_tokens_kernel<<<grid_stride_blocks(n), kThreads, 0, stream>>>(a.tile, touched);
   SEQBENCH_CUDA_CHECK_LAUNCH();
+  ChunkArgs<T> z;
+  z.grad = d_token_table;
+  z.rows = shape.vocab;
+  z.touched = touched;
+  z.hidden = shape.hidden;
+  z.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(d_token_table);
+  int device = 0, sms = 0;
+  SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
+  SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::int64_t side_blocks = std::min<std::int64_t>(sms, (shape.vocab + kWarps - 1) / kWarps);
+  const std::int64_t main_blocks =
+      (shape.vocab + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp);
+  ForkScope branch(*fork, stream);
+  embedding_zero_rows_kernel<T, false, true>
+      <<<static_cast<unsigned>(side_blocks), kThreads, 0, branch.side()>>>(z);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  embedding_zero_rows_kernel<T, true, false><<<static_cast<unsigned>(main_blocks), kThreads, 0, stream>>>(z);
+  SEQBENCH_CUDA_CHECK_LAUNCH();
+  scatter();
+  branch.join();
 }
 
 EmbeddingSortLayout embedding_sort_layout(std::int64_t tokens, std::int64_t hidden, std::int64_t vocab,
@@ -1292,11 +1389,10 @@ std::size_t embedding_fwd_workspace_bytes_upto(std::int64_t max_tokens, std::int
   return largest;
 }
 
-std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
+std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config,
+                                                 bool forked) {
   require_embedding_args(shape, config, "embedding_bwd_atomic_workspace_bytes");
-  const bool prepass =
-      config.positions == PositionEncoding::learned && config.indexing == PositionIndexing::nonpad_count;
-  return prepass ? static_cast<std::size_t>(shape.tokens()) * sizeof(std::int32_t) : 0;
+  return atomic_workspace_layout(shape, config, forked).total;
 }
 
 std::size_t embedding_bwd_sorted_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config) {
@@ -1428,9 +1524,9 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   };
   // The window kernel, with its zero blocks unless the fork's side stream zeroes the table, then
   // the merge kernel.
-  const auto reduce_table = [&](const ChunkArgs<T>& t, bool zero_rows) {
+  const auto reduce_table = [&](const ChunkArgs<T>& t, bool with_zero_blocks) {
     const std::int64_t zero_blocks =
-        zero_rows ? (t.rows + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp) : 0;
+        with_zero_blocks ? (t.rows + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp) : 0;
     const std::int64_t blocks = t.window_blocks * t.tile_passes + zero_blocks;
     embedding_window_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(t);
     SEQBENCH_CUDA_CHECK_LAUNCH();
@@ -1459,7 +1555,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
     SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const std::int64_t zero_blocks = std::min<std::int64_t>(sms, (shape.vocab + kWarps - 1) / kWarps);
     branch.emplace(*fork, stream);
-    embedding_zero_rows_kernel<T>
+    embedding_zero_rows_kernel<T, false, true>
         <<<static_cast<unsigned>(zero_blocks), kThreads, 0, branch->side()>>>(token_args);
     SEQBENCH_CUDA_CHECK_LAUNCH();
   }
@@ -1608,7 +1704,8 @@ void launch_scatter_add_rows(T* grad, std::int64_t grad_rows, const T* src, cons
   template void launch_embedding_fwd<T>(T*, const std::int32_t*, const T*, const T*, const EmbeddingShape&,  \
                                         const EmbeddingConfig&, void*, std::size_t, cudaStream_t);           \
   template void launch_embedding_bwd_atomic<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
-                                               const EmbeddingConfig&, void*, std::size_t, cudaStream_t);    \
+                                               const EmbeddingConfig&, void*, std::size_t, cudaStream_t,     \
+                                               const StreamFork*);                                           \
   template void launch_embedding_bwd_sorted<T>(T*, T*, const T*, const std::int32_t*, const EmbeddingShape&, \
                                                const EmbeddingConfig&, void*, std::size_t, cudaStream_t,     \
                                                const StreamFork*);                                           \

@@ -131,9 +131,12 @@ std::size_t embedding_fwd_workspace_bytes_upto(std::int64_t max_tokens, std::int
                                                EmbeddingShape dims, const EmbeddingConfig& config);
 
 // The atomic backward's workspace: B·L·4 bytes (the nonpad_count positions) for learned positions with
-// nonpad_count indexing; 0 otherwise (workspace may then be null): slot positions need no pre-pass,
-// and sinusoidal positions receive no gradient. Host only.
-std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
+// nonpad_count indexing, 0 otherwise (slot positions need no pre-pass, and sinusoidal positions
+// receive no gradient); `forked` (a launch given a StreamFork) adds the token table's row bitmap,
+// ceil(vocab/32)·4 bytes after the positions rounded up to 256. 0 when B·L == 0. Where it is 0 the
+// workspace may be null. Host only.
+std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config,
+                                                 bool forked = false);
 
 // ---------------------------------------------------------------------------------------------
 // Backward. Both variants OVERWRITE the whole gradient tables (the caller needs not zero them):
@@ -144,8 +147,8 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 // over the non-padding tokens with ids in [0, vocab).
 //
 // launch_embedding_bwd_atomic<T>(d_token_table, d_position_table, dy, tokens, shape, config,
-//                                workspace, workspace_bytes, stream)
-//   (workspace: embedding_bwd_atomic_workspace_bytes, for learned nonpad_count positions)
+//                                workspace, workspace_bytes, stream, fork = nullptr)
+//   (workspace: embedding_bwd_atomic_workspace_bytes(shape, config, fork != nullptr))
 //   As LightSeq2: cudaMemsetAsync of both tables, then the forward's mapping (a warp per token,
 //   up to 4 dy vectors a lane loaded before the first atomic) atomically adds scale·g into the token row and
 //   g into the position row, in T: a whole aligned 16-byte vector with one vector reduction a lane on sm_90
@@ -156,6 +159,14 @@ std::size_t embedding_bwd_atomic_workspace_bytes(const EmbeddingShape& shape, co
 //   carries up to (m-1)·u_T relative summation error. Traffic: tables zeroed (vocab·H +
 //   num_positions·H)·sizeof(T) written, B·L·4 + B·L·H·sizeof(T) read, B·L·H (x2 learned) read-modify-writes
 //   in L2.
+//   With a `fork` (core/stream_fork.h; the layer and the operator suite pass one) the token table
+//   is not memset: a kernel marks the rows that get a gradient in a bitmap in the workspace (a
+//   thread per token, one integer OR a warp a word), then the side stream zeroes the other rows
+//   (at most one block an SM, evict-first 16-byte stores on the vector path) while the launch's
+//   stream zeroes the marked rows (plain stores, so that they are in L2 for the adds) and runs the
+//   adds; the launch's stream waits on fork->joined before the launcher returns, or throws. The
+//   position table (small) is still memset. The same arithmetic; each token row is zeroed once
+//   (no fill followed by read-modify-writes of rows the fill evicted from L2).
 //
 // launch_embedding_bwd_sorted<T>(d_token_table, d_position_table, dy, tokens, shape, config,
 //                                workspace, workspace_bytes, stream, fork = nullptr)
@@ -214,7 +225,7 @@ template <class T>
 void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T* dy,
                                  const std::int32_t* tokens, const EmbeddingShape& shape,
                                  const EmbeddingConfig& config, void* workspace, std::size_t workspace_bytes,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, const StreamFork* fork = nullptr);
 
 // Entries per window of the sorted backward's chunked reduction (fixed: it defines the order).
 inline constexpr int kEmbeddingSortChunk = 32;

@@ -124,7 +124,7 @@ std::vector<TensorLifetime> embedding_layer_lifetimes(const EmbeddingLayerConfig
       kernels::embedding_fwd_workspace_bytes_upto(config.max_batch_tokens, config.max_seq_len, shape, k);
   const std::size_t bwd = options.deterministic_backward
                               ? kernels::embedding_bwd_sorted_workspace_bytes(shape, k)
-                              : kernels::embedding_bwd_atomic_workspace_bytes(shape, k);
+                              : kernels::embedding_bwd_atomic_workspace_bytes(shape, k, /*forked=*/true);
   LifetimeRecorder rec;
   const TensorId f = rec.tensor(options.prefix + "fwd_workspace", fwd);
   const TensorId b = rec.tensor(options.prefix + "bwd_workspace", bwd);
@@ -215,8 +215,8 @@ EmbeddingForwardBytes require_embedding_forward(const char* layer, const Embeddi
 
 struct EmbeddingLayer::Impl {
   std::unique_ptr<MemoryManager> memory;
-  // The sorted backward's side stream and events (its zero fill runs beside its sort), created
-  // with the block by reserve().
+  // Either backward's side stream and events (its zero fill runs beside its sort or its adds),
+  // created by the first backward(): reserve() stays host-only for the atomic backward.
   std::optional<OwnedStreamFork> fork;
   TensorId fwd_ws = 0, bwd_ws = 1;
   // The last forward, which backward() differentiates.
@@ -253,9 +253,6 @@ EmbeddingLayer::~EmbeddingLayer() = default;
 
 void EmbeddingLayer::reserve() {
   if (impl_->memory) return;
-  // The fork first, so that a failure to create it leaves the layer unreserved (a later reserve()
-  // tries again) rather than reserved without one.
-  if (options_.deterministic_backward && !impl_->fork) impl_->fork.emplace();
   std::vector<TensorLifetime> lifetimes = embedding_layer_lifetimes(config_, options_);
   impl_->memory = std::make_unique<MemoryManager>(std::move(lifetimes), allocator_);
   impl_->fwd_ws = impl_->memory->id(options_.prefix + "fwd_workspace");
@@ -324,6 +321,7 @@ void EmbeddingLayer::backward(const void* dy, const std::int32_t* tokens, cudaSt
   const kernels::EmbeddingShape shape = config_.kernel_shape(impl_->batch, impl_->len);
   const kernels::EmbeddingConfig kc = config_.kernel_config(impl_->seed, impl_->offset);
   const std::pair<void*, std::size_t> ws = impl_->workspace(impl_->bwd_ws, kBackwardStep);
+  if (!impl_->fork) impl_->fork.emplace();  // once: a stream and two events, no device memory
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* d_tok = static_cast<T*>(grads_.token_table);
@@ -333,7 +331,7 @@ void EmbeddingLayer::backward(const void* dy, const std::int32_t* tokens, cudaSt
                                               ws.first, ws.second, stream, &impl_->fork->get());
     } else {
       kernels::launch_embedding_bwd_atomic<T>(d_tok, d_pos, static_cast<const T*>(dy), tokens, shape, kc,
-                                              ws.first, ws.second, stream);
+                                              ws.first, ws.second, stream, &impl_->fork->get());
     }
   });
   impl_->memory->set_step(-1);

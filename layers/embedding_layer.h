@@ -15,10 +15,11 @@
 //
 // Forward: one launch of launch_embedding_fwd (the nonpad_count positions pre-pass and the
 // per-launch sinusoid frequencies are the kernel's own, in the layer's workspace).
-// Backward: launch_embedding_bwd_sorted (deterministic: bitwise reproducible, the default; with a
-// StreamFork the layer owns, a side stream and two events that reserve() creates, so that its zero
-// fill runs beside its sort) or launch_embedding_bwd_atomic (LightSeq2's float atomics;
-// options.deterministic_backward = false).
+// Backward: launch_embedding_bwd_sorted (deterministic: bitwise reproducible, the default) or
+// launch_embedding_bwd_atomic (LightSeq2's float atomics; options.deterministic_backward = false),
+// either with a StreamFork the layer owns (a side stream and two events that the first backward()
+// creates), so that the zero fill of the token table's untouched rows runs beside the sort or the
+// adds.
 // Both OVERWRITE the gradient tables (the padding row and unused rows become 0): a caller that
 // accumulates over micro-batches sums them itself, as for the other layers.
 //

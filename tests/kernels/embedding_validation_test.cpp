@@ -200,6 +200,12 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(s, nonpad), 8u * 4u);
   EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(s, c), 0u);
   EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad), 0u);
+  // A forked atomic backward adds the token rows' bitmap, ceil(vocab/32) words, after the positions
+  // rounded up to 256 bytes; nothing for an empty batch.
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(s, nonpad, true), 256u + 4u);
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(s, c, true), 4u);
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(1, 4, 8, 33, 4), c, true), 8u);
+  EXPECT_EQ(embedding_bwd_atomic_workspace_bytes(shape_of(0, 4, 8, 10, 4), nonpad, true), 0u);
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, c), 0u);         // learned, slot
   EXPECT_EQ(embedding_fwd_workspace_bytes(s, nonpad), 256u);  // learned, nonpad_count
   // Sinusoids with B >= 2: the L·H float table (whose kernel computes the frequencies itself);
@@ -309,6 +315,18 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
       launch_embedding_bwd_sorted<__nv_bfloat16>(dt, dp, dy, tokens, s, c, ws, 1 << 20, stream, &fork);
     };
   };
+  const auto atomic_with_fork = [&](StreamFork fork, std::size_t ws_bytes) {
+    return [&, fork, ws_bytes] {
+      launch_embedding_bwd_atomic<__nv_bfloat16>(dt, dp, dy, tokens, s, c, ws, ws_bytes, stream, &fork);
+    };
+  };
+  // The atomic backward checks its fork the same way, and a forked one needs the bitmap's bytes
+  // even where the unforked one needs no workspace (learned positions, slot indexing: c).
+  expect_error(atomic_with_fork({stream, e1, e2}, 1 << 20),
+               "embedding_bwd_atomic: fork.side is the launch's own stream");
+  expect_error(atomic_with_fork({side, e1, e1}, 1 << 20),
+               "embedding_bwd_atomic: fork.forked and fork.joined are the same event");
+  expect_error(atomic_with_fork({side, e1, e2}, 0), "embedding_bwd_atomic: workspace of 0 bytes, needs 4");
   expect_error(with_fork({nullptr, e1, e2}),
                "embedding_bwd_sorted: fork.side is a default stream (the legacy one)");
   expect_error(with_fork({cudaStreamLegacy, e1, e2}), "fork.side is a default stream (the legacy one)");

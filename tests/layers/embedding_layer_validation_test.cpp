@@ -182,7 +182,7 @@ TEST(EmbeddingLayerValidation, OneAllocationOfThePlannedBlock) {
         }
         EXPECT_EQ(fwd, largest);
         EXPECT_EQ(tensors[layer.memory().id("emb.bwd_workspace")].bytes,
-                  kernels::embedding_bwd_atomic_workspace_bytes(s, k));
+                  kernels::embedding_bwd_atomic_workspace_bytes(s, k, /*forked=*/true));
         // Forward and backward never run at once: the two workspaces share bytes.
         EXPECT_EQ(layer.block_bytes(), max_live_bytes(tensors, /*padded=*/true));
         const std::uint64_t blocks = layer.block_bytes() > 0 ? 1u : 0u;
