@@ -320,8 +320,8 @@ void EmbeddingLayer::backward(const void* dy, const std::int32_t* tokens, cudaSt
                                n * static_cast<std::size_t>(config_.embedding_dim) * elem);
   const kernels::EmbeddingShape shape = config_.kernel_shape(impl_->batch, impl_->len);
   const kernels::EmbeddingConfig kc = config_.kernel_config(impl_->seed, impl_->offset);
-  const std::pair<void*, std::size_t> ws = impl_->workspace(impl_->bwd_ws, kBackwardStep);
   if (!impl_->fork) impl_->fork.emplace();  // once: a stream and two events, no device memory
+  const std::pair<void*, std::size_t> ws = impl_->workspace(impl_->bwd_ws, kBackwardStep);
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* d_tok = static_cast<T*>(grads_.token_table);

@@ -31,13 +31,14 @@
 // position table's rows): the forward's (nonpad_count positions, sinusoid frequencies, and the
 // sinusoid table of up to max_seq_len rows: kernels::embedding_fwd_workspace_bytes_upto) and the
 // chosen backward's (the sorted one: key/value arrays, float partials, row bitmaps and CUB's sort storage;
-// the atomic one: the nonpad_count positions). They are planned as two tensors of one block (MemoryManager;
-// forward and backward never run at once, so they share bytes). Sizing the sorted backward's workspace asks
-// CUB, which needs the CUDA device: the block is therefore allocated through the caller's DeviceAllocator at
-// the FIRST forward() (after that call's argument checks), or earlier by reserve(); every later forward() and
-// backward() allocates nothing. The kernels re-check the workspace at each call's shape: the plan assumes
-// CUB's sort storage does not grow when the token count shrinks (unverified on a device here); if it ever
-// did, the launch would throw naming both sizes rather than run short.
+// the atomic one: the nonpad_count positions and the token rows' bitmap of its forked launch). They are
+// planned as two tensors of one block (MemoryManager; forward and backward never run at once, so they share
+// bytes). Sizing the sorted backward's workspace asks CUB, which needs the CUDA device: the block is
+// therefore allocated through the caller's DeviceAllocator at the FIRST forward() (after that call's argument
+// checks), or earlier by reserve(); every later forward() and backward() allocates nothing. The kernels
+// re-check the workspace at each call's shape: the plan assumes CUB's sort storage does not grow when the
+// token count shrinks (unverified on a device here); if it ever did, the launch would throw naming both sizes
+// rather than run short.
 //
 // Limits and contract: config.validate() (vocab_size, embedding_dim, max_batch_tokens,
 // max_seq_len positive; max_seq_len <= max_batch_tokens; padding_idx -1 or in [0, vocab_size);
@@ -47,7 +48,8 @@
 // see kernels/embedding.h); y [B·L, H] of config.dtype, overlapping neither tokens nor the layer's
 // block; B, L within the maxima (check_batch_maxima: both numbers in the message). backward() needs
 // the last forward()'s tokens pointer, contents unchanged, and runs with that forward's shape and
-// dropout stream. Every check happens before any CUDA call. Not thread-safe; one stream at a time.
+// dropout stream. Every check happens before any CUDA call (the first backward() then creates the
+// layer's fork: a stream and two events, no device memory). Not thread-safe; one stream at a time.
 #pragma once
 
 #include <cuda_runtime_api.h>

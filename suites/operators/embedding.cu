@@ -50,6 +50,7 @@
 #include "kernels/bias_dropout_residual.h"
 #include "kernels/dropout.h"
 #include "kernels/embedding.h"
+#include "kernels/spin_wait.cuh"
 #include "reference/dropout.h"
 #include "reference/embedding.h"
 #include "suites/operators/check_util.h"
@@ -66,6 +67,13 @@ using namespace check_util;
 
 constexpr float kBenchP = 0.1f;
 constexpr std::uint64_t kBenchSeed = 20240919;
+
+// The checks' hold of a fork's side stream (check_case): one thread spinning this long, many
+// times the forked launches' main branch at the checked shapes (at most a few thousand tokens).
+constexpr unsigned long long kSideHoldNs = 500'000;
+__global__ void hold_kernel(unsigned long long ns) {
+  kernels::spin_for_ns(ns);
+}
 constexpr std::uint64_t kBenchOffset = 13;
 
 // Tokens: uniform over [0, vocab), a `pad_share` of them the padding id (when there is one).
@@ -533,9 +541,16 @@ void check_case(const Case& c, Tallies& t) {
   const auto pos_elems = learned ? static_cast<std::size_t>(pos_rows * h) : 0;
 
   // Fused forward and sorted backward, twice: the backward as the suite times it (its zero fill
-  // forked onto a side stream), then on one stream, which must give the same bits.
+  // forked onto a side stream), then on one stream, which must give the same bits. Before each
+  // forked launch the side stream is held (hold_side), so that on a GPU its zero fill runs after
+  // the main branch, every time: a row that both branches write (a mark missing, a predicate
+  // inverted) then loses its gradient to the zeros instead of depending on the race.
   std::vector<T> y1, dt1, dp1;
   const OwnedStreamFork fork;
+  const auto hold_side = [&] {
+    hold_kernel<<<1, 1, 0, fork.get().side>>>(kSideHoldNs);
+    SEQBENCH_CUDA_CHECK_LAUNCH();
+  };
   for (int run = 0; run < 2; ++run) {
     Guarded<T> y(nh, c.off_out), dt(tok_elems, c.off_out), dp(pos_elems, c.off_out);
     DeviceBuffer<unsigned char> ws(ws_bytes), fwd_ws(fwd_ws_bytes);
@@ -544,6 +559,7 @@ void check_case(const Case& c, Tallies& t) {
     kernels::launch_embedding_fwd<T>(y.data(), tokens_d.data(), table_d.data(),
                                      learned ? pos_d.data() : nullptr, shape, config, fwd_ws.data(),
                                      fwd_ws_bytes, nullptr);
+    if (run == 0) hold_side();
     kernels::launch_embedding_bwd_sorted<T>(dt.data(), learned ? dp.data() : nullptr, dy_d.data(),
                                             tokens_d.data(), shape, config, ws.data(), ws_bytes, nullptr,
                                             run == 0 ? &fork.get() : nullptr);
@@ -565,16 +581,21 @@ void check_case(const Case& c, Tallies& t) {
     }
   }
 
-  // The atomic backward.
-  Guarded<T> dta(tok_elems, c.off_out), dpa(pos_elems, c.off_dy);
-  DeviceBuffer<unsigned char> pos_ws(pos_ws_bytes);
-  pos_ws.fill_bytes(0xFF);
-  // As the suite times it: the untouched rows' zero fill forked onto a side stream.
-  kernels::launch_embedding_bwd_atomic<T>(dta.data(), learned ? dpa.data() : nullptr, dy_d.data(),
-                                          tokens_d.data(), shape, config, pos_ws.data(), pos_ws_bytes,
-                                          nullptr, &fork.get());
-  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<T> gta = dta.download(t.bwd_atomic, where), gpa = dpa.download(t.bwd_atomic, where);
+  // The atomic backward: as the suite times it (the untouched rows' zero fill forked onto the held
+  // side stream), then on one stream (the launcher's default); both against the reference.
+  std::vector<T> gta[2], gpa[2];
+  for (int run = 0; run < 2; ++run) {
+    Guarded<T> dta(tok_elems, c.off_out), dpa(pos_elems, c.off_dy);
+    DeviceBuffer<unsigned char> pos_ws(pos_ws_bytes);
+    pos_ws.fill_bytes(0xFF);
+    if (run == 0) hold_side();
+    kernels::launch_embedding_bwd_atomic<T>(dta.data(), learned ? dpa.data() : nullptr, dy_d.data(),
+                                            tokens_d.data(), shape, config, pos_ws.data(), pos_ws_bytes,
+                                            nullptr, run == 0 ? &fork.get() : nullptr);
+    SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+    gta[run] = dta.download(t.bwd_atomic, where);
+    gpa[run] = dpa.download(t.bwd_atomic, where);
+  }
 
   // The unfused baseline, as the experiments run it.
   DeviceBuffer<std::int32_t> pos_idx(static_cast<std::size_t>(n));
@@ -633,8 +654,8 @@ void check_case(const Case& c, Tallies& t) {
 
   // Backward, row by row: m and A per table row.
   const auto check_table = [&](const ref::Matrix& want_t, const std::vector<T>& sorted,
-                               const std::vector<T>& atomic, const std::vector<T>& unfused, double out_scale,
-                               bool by_position) {
+                               const std::vector<T>(&atomic)[2], const std::vector<T>& unfused,
+                               double out_scale, bool by_position) {
     const ref::Index rows = want_t.rows();
     std::vector<double> count(static_cast<std::size_t>(rows), 0.0);
     std::vector<double> abs_sum(static_cast<std::size_t>(rows * h), 0.0);
@@ -659,8 +680,9 @@ void check_case(const Case& c, Tallies& t) {
         const double have = m > 0 ? 1.0 : 0.0;
         t.bwd_sorted.add(as_double(sorted[idx]), w, have * (u * std::fabs(w) + eta + (depth + 4) * v * A),
                          where, idx);
-        t.bwd_atomic.add(as_double(atomic[idx]), w, have * (u * std::fabs(w) + m * (u * A + eta) + 5 * v * A),
-                         where, idx);
+        for (const std::vector<T>& run : atomic)
+          t.bwd_atomic.add(as_double(run[idx]), w, have * (u * std::fabs(w) + m * (u * A + eta) + 5 * v * A),
+                           where, idx);
         t.unfused_bwd.add(
             as_double(unfused[idx]), w,
             have * (u * std::fabs(w) + (m + 2) * u * A + m * (2 + std::fabs(out_scale)) * eta + 5 * v * A),

@@ -63,21 +63,27 @@ void expect_invalid_tokens_give_nan_rows(std::int64_t hidden) {
   DeviceBuffer<T> dy(random_values<T>(n * h, 3, -1.0f, 1.0f));
   DeviceBuffer<std::int32_t> bad_d(bad), padded_d(padded);
   const std::size_t ws_bytes = kernels::embedding_bwd_sorted_workspace_bytes(shape, config);
-  DeviceBuffer<unsigned char> ws(ws_bytes);
+  const std::size_t forked_ws_bytes = kernels::embedding_bwd_atomic_workspace_bytes(shape, config, true);
+  DeviceBuffer<unsigned char> ws(ws_bytes), forked_ws(forked_ws_bytes);
+  const OwnedStreamFork fork;
   std::vector<std::vector<T>> out[2];
   for (int run = 0; run < 2; ++run) {
     const std::int32_t* tokens = run == 0 ? bad_d.data() : padded_d.data();
-    DeviceBuffer<T> y(n * h), dt(5 * h), dp(12 * h), dta(5 * h), dpa(12 * h);
-    for (auto* b : {&y, &dt, &dp, &dta, &dpa}) b->fill_bytes(0xFF);
+    DeviceBuffer<T> y(n * h), dt(5 * h), dp(12 * h), dta(5 * h), dpa(12 * h), dtf(5 * h), dpf(12 * h);
+    for (auto* b : {&y, &dt, &dp, &dta, &dpa, &dtf, &dpf}) b->fill_bytes(0xFF);
+    forked_ws.fill_bytes(0xFF);
     kernels::launch_embedding_fwd<T>(y.data(), tokens, table.data(), pos.data(), shape, config, nullptr, 0,
                                      nullptr);
     kernels::launch_embedding_bwd_sorted<T>(dt.data(), dp.data(), dy.data(), tokens, shape, config, ws.data(),
                                             ws_bytes, nullptr);
     kernels::launch_embedding_bwd_atomic<T>(dta.data(), dpa.data(), dy.data(), tokens, shape, config, nullptr,
                                             0, nullptr);
+    // Forked: invalid ids must mark nothing (a mark past the bitmap would land outside it).
+    kernels::launch_embedding_bwd_atomic<T>(dtf.data(), dpf.data(), dy.data(), tokens, shape, config,
+                                            forked_ws.data(), forked_ws_bytes, nullptr, &fork.get());
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-    out[run] = {y.copy_to_host(), dt.copy_to_host(), dp.copy_to_host(), dta.copy_to_host(),
-                dpa.copy_to_host()};
+    out[run] = {y.copy_to_host(),   dt.copy_to_host(),  dp.copy_to_host(), dta.copy_to_host(),
+                dpa.copy_to_host(), dtf.copy_to_host(), dpf.copy_to_host()};
   }
   for (std::size_t i = 0; i < n; ++i) {
     const bool invalid = bad[i] < 0 || bad[i] >= shape.vocab;
@@ -92,7 +98,7 @@ void expect_invalid_tokens_give_nan_rows(std::int64_t hidden) {
     }
   }
   // Gradients: invalid tokens send nothing, and slot indexing does not move the other positions.
-  for (int k = 1; k < 5; ++k) {
+  for (int k = 1; k < 7; ++k) {
     for (std::size_t e = 0; e < out[0][static_cast<std::size_t>(k)].size(); ++e) {
       const float a = to_float(out[0][static_cast<std::size_t>(k)][e]);
       const float b = to_float(out[1][static_cast<std::size_t>(k)][e]);

@@ -327,6 +327,8 @@ TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   expect_error(atomic_with_fork({side, e1, e1}, 1 << 20),
                "embedding_bwd_atomic: fork.forked and fork.joined are the same event");
   expect_error(atomic_with_fork({side, e1, e2}, 0), "embedding_bwd_atomic: workspace of 0 bytes, needs 4");
+  expect_error(atomic_with_fork({side, e1, e1}, 0),
+               "fork.forked and fork.joined are the same event");  // first
   expect_error(with_fork({nullptr, e1, e2}),
                "embedding_bwd_sorted: fork.side is a default stream (the legacy one)");
   expect_error(with_fork({cudaStreamLegacy, e1, e2}), "fork.side is a default stream (the legacy one)");
