@@ -983,6 +983,15 @@ int grid_stride_blocks(std::int64_t total) {
   return static_cast<int>(blocks < 65536 ? blocks : 65536);
 }
 
+// The grid of a forked launch's side zero kernel over `rows` table rows: at most one block an SM
+// (embedding_zero_rows_kernel says why), and no more warps than rows.
+unsigned side_zero_blocks(std::int64_t rows) {
+  int device = 0, sms = 0;
+  SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
+  SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return static_cast<unsigned>(std::min<std::int64_t>(sms, (rows + kWarps - 1) / kWarps));
+}
+
 // The pointer checks the two backwards share.
 template <class T>
 void require_bwd_pointers(T* d_token_table, T* d_position_table, const T* dy, const std::int32_t* tokens,
@@ -1292,15 +1301,11 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   z.touched = touched;
   z.hidden = shape.hidden;
   z.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(d_token_table);
-  int device = 0, sms = 0;
-  SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
-  SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::int64_t side_blocks = std::min<std::int64_t>(sms, (shape.vocab + kWarps - 1) / kWarps);
+  const unsigned side_blocks = side_zero_blocks(shape.vocab);
   const std::int64_t main_blocks =
       (shape.vocab + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp);
   ForkScope branch(*fork, stream);
-  embedding_zero_rows_kernel<T, false, true>
-      <<<static_cast<unsigned>(side_blocks), kThreads, 0, branch.side()>>>(z);
+  embedding_zero_rows_kernel<T, false, true><<<side_blocks, kThreads, 0, branch.side()>>>(z);
   SEQBENCH_CUDA_CHECK_LAUNCH();
   embedding_zero_rows_kernel<T, true, false><<<static_cast<unsigned>(main_blocks), kThreads, 0, stream>>>(z);
   SEQBENCH_CUDA_CHECK_LAUNCH();
@@ -1550,13 +1555,9 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
     // window and merge kernels and the position table's work (mostly latency), instead of after
     // the sort. The two branches write disjoint rows. The launch's stream waits for it at the end
     // (or, should a later call throw, when `branch` goes out of scope).
-    int device = 0, sms = 0;
-    SEQBENCH_CUDA_CHECK(cudaGetDevice(&device));
-    SEQBENCH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const std::int64_t zero_blocks = std::min<std::int64_t>(sms, (shape.vocab + kWarps - 1) / kWarps);
+    const unsigned zero_blocks = side_zero_blocks(shape.vocab);
     branch.emplace(*fork, stream);
-    embedding_zero_rows_kernel<T, false, true>
-        <<<static_cast<unsigned>(zero_blocks), kThreads, 0, branch->side()>>>(token_args);
+    embedding_zero_rows_kernel<T, false, true><<<zero_blocks, kThreads, 0, branch->side()>>>(token_args);
     SEQBENCH_CUDA_CHECK_LAUNCH();
   }
   sort(arrays.token_keys_in, arrays.token_values_in, arrays.token_keys_out, arrays.token_values_out,
