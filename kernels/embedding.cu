@@ -983,6 +983,12 @@ int grid_stride_blocks(std::int64_t total) {
   return static_cast<int>(blocks < 65536 ? blocks : 65536);
 }
 
+// Zero blocks over `rows` table rows at kZeroRowsPerWarp rows a warp: the window kernel's, and
+// the forked atomic backward's main-stream zero kernel.
+std::int64_t zero_blocks_for(std::int64_t rows) {
+  return (rows + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp);
+}
+
 // The grid of a forked launch's side zero kernel over `rows` table rows: at most one block an SM
 // (embedding_zero_rows_kernel says why), and no more warps than rows.
 unsigned side_zero_blocks(std::int64_t rows) {
@@ -1302,8 +1308,7 @@ void launch_embedding_bwd_atomic(T* d_token_table, T* d_position_table, const T*
   z.hidden = shape.hidden;
   z.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(d_token_table);
   const unsigned side_blocks = side_zero_blocks(shape.vocab);
-  const std::int64_t main_blocks =
-      (shape.vocab + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp);
+  const std::int64_t main_blocks = zero_blocks_for(shape.vocab);
   ForkScope branch(*fork, stream);
   embedding_zero_rows_kernel<T, false, true><<<side_blocks, kThreads, 0, branch.side()>>>(z);
   SEQBENCH_CUDA_CHECK_LAUNCH();
@@ -1530,8 +1535,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   // The window kernel, with its zero blocks unless the fork's side stream zeroes the table, then
   // the merge kernel.
   const auto reduce_table = [&](const ChunkArgs<T>& t, bool with_zero_blocks) {
-    const std::int64_t zero_blocks =
-        with_zero_blocks ? (t.rows + kWarps * kZeroRowsPerWarp - 1) / (kWarps * kZeroRowsPerWarp) : 0;
+    const std::int64_t zero_blocks = with_zero_blocks ? zero_blocks_for(t.rows) : 0;
     const std::int64_t blocks = t.window_blocks * t.tile_passes + zero_blocks;
     embedding_window_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(t);
     SEQBENCH_CUDA_CHECK_LAUNCH();
