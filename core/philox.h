@@ -10,6 +10,7 @@
 // `offset` separates independent streams under one seed (one per layer and step, say).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/dtype.h"  // SEQBENCH_HD
@@ -76,6 +77,28 @@ SEQBENCH_HD inline std::uint32_t philox_bits(std::uint64_t seed, std::uint64_t o
 // Maps 32 random bits to a float uniform on [0, 1) with 24 bits of resolution (exact in float).
 SEQBENCH_HD inline float bits_to_unit_float(std::uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+}
+
+// The test bits_to_unit_float(bits) >= p as an integer test on the same bits. The uniform is
+// (bits >> 8) · 2^-24 exactly, and p · 2^24 is exact for every float p in (0, 1] (a power-of-two
+// scale of a float stays a float there), so  u >= p  <=>  (bits >> 8) >= ceil(p · 2^24).  A
+// launcher computes the threshold once on the host (draw_threshold) and its kernel tests each
+// draw with a shift and an integer compare, instead of a shift, a conversion, a multiply and a
+// float compare (SASS: SHF, I2FP, FMUL, FSETP a draw). p <= 0 passes every draw (threshold 0);
+// p >= 1 and NaN pass none (a threshold above the largest bits >> 8, 2^24 - 1), as u >= p is
+// false for them. Bitwise the same decisions: test Philox.IntegerThresholdDecidesAsTheFloatTest.
+struct DrawThreshold {
+  std::uint32_t min_high_bits = 1u << 24;  // default: no draw passes, so a forgotten one shows
+};
+
+SEQBENCH_HD inline DrawThreshold draw_threshold(float p) {
+  if (p <= 0.0f) return DrawThreshold{0};
+  if (!(p < 1.0f)) return DrawThreshold{1u << 24};  // p >= 1 or NaN
+  return DrawThreshold{static_cast<std::uint32_t>(ceilf(p * 16777216.0f))};
+}
+
+SEQBENCH_HD inline bool draw_passes(std::uint32_t bits, DrawThreshold threshold) {
+  return (bits >> 8) >= threshold.min_high_bits;
 }
 
 // Draw #index of stream (seed, offset) as a float uniform on [0, 1).

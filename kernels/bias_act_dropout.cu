@@ -181,12 +181,12 @@ void launch_bias_act_dropout_fwd(T* y, const T* x, const T* bias, std::int64_t r
   args.out = y;
   args.in0 = x;
   args.bias = bias;
-  args.p = dropout.p;
   args.seed = dropout.seed;
   args.offset = dropout.offset;
   const float scale = dropout_keep_scale(dropout.p);
   dispatch_activation(act, [&](auto tag) {
-    launch_row_tile_dropout<T, 1, true, false>(args, FusedForward<decltype(tag)::value>{scale}, stream);
+    launch_row_tile_dropout<T, 1, true, false>(args, dropout.p, FusedForward<decltype(tag)::value>{scale},
+                                               stream);
   });
 }
 
@@ -225,16 +225,15 @@ void launch_bias_act_dropout_bwd(T* dx, T* dbias, const T* dy, const T* x, const
     args.in1 = x;
     args.bias = bias;
     args.partials = static_cast<float*>(workspace);
-    args.p = dropout.p;
     args.seed = dropout.seed;
     args.offset = dropout.offset;
     const float scale = dropout_keep_scale(dropout.p);
     dispatch_activation(act, [&](auto tag) {
       using Fn = FusedBackward<decltype(tag)::value>;
       if (in_place)
-        launch_row_tile_dropout<T, 2, true, true, true>(args, Fn{scale}, stream);
+        launch_row_tile_dropout<T, 2, true, true, true>(args, dropout.p, Fn{scale}, stream);
       else
-        launch_row_tile_dropout<T, 2, true, true, false>(args, Fn{scale}, stream);
+        launch_row_tile_dropout<T, 2, true, true, false>(args, dropout.p, Fn{scale}, stream);
     });
   }
   launch_bias_grad_reduce<T>(dbias, static_cast<const float*>(workspace), rows, cols, stream);

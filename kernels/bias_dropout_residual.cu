@@ -61,10 +61,10 @@ void launch_bias_dropout_residual_fwd(T* y, const T* x, const T* bias, const T* 
   args.bias = bias;
   args.rows = rows;
   args.cols = cols;
-  args.p = dropout.p;
   args.seed = dropout.seed;
   args.offset = dropout.offset;
-  launch_row_tile_dropout<T, 2, true, false>(args, FusedForward{dropout_keep_scale(dropout.p)}, stream);
+  launch_row_tile_dropout<T, 2, true, false>(args, dropout.p, FusedForward{dropout_keep_scale(dropout.p)},
+                                             stream);
 }
 
 template <class T>
@@ -97,10 +97,10 @@ void launch_bias_dropout_residual_bwd(T* dx, T* dbias, const T* dy, std::int64_t
     args.partials = static_cast<float*>(workspace);
     args.rows = rows;
     args.cols = cols;
-    args.p = dropout.p;
     args.seed = dropout.seed;
     args.offset = dropout.offset;
-    launch_row_tile_dropout<T, 1, false, true>(args, FusedBackward{dropout_keep_scale(dropout.p)}, stream);
+    launch_row_tile_dropout<T, 1, false, true>(args, dropout.p, FusedBackward{dropout_keep_scale(dropout.p)},
+                                               stream);
   }
   launch_bias_grad_reduce<T>(dbias, static_cast<const float*>(workspace), rows, cols, stream);
 }

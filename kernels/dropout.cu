@@ -26,7 +26,7 @@ struct FlatArgs {
   T* out = nullptr;
   const T* in = nullptr;
   std::uint64_t n = 0;
-  float p = 0.0f;
+  DrawThreshold keep;  // draw_threshold(p): the philox source's keep test
   float scale = 0.0f;  // dropout_keep_scale(p)
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(const FlatArgs<T> arg
   if (count > 0) {
     if constexpr (kSource == MaskSource::philox) {
       // first is a multiple of K, hence of 4: a whole vector is K/4 whole Philox groups.
-      keep = count == K ? dropout_keep_bits_aligned<K>(args.seed, args.offset, first, args.p)
-                        : dropout_keep_bits(args.seed, args.offset, first, count, args.p);
+      keep = count == K ? dropout_keep_bits_aligned<K>(args.seed, args.offset, first, args.keep)
+                        : dropout_keep_bits(args.seed, args.offset, first, count, args.keep);
     } else if constexpr (kSource == MaskSource::bits) {
       // K divides 32 and first is a multiple of K, so the K bits never straddle two words.
       keep = (args.mask_bits_in[first >> 5] >> (first & 31)) & ((1u << K) - 1u);
@@ -100,15 +100,15 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(const FlatArgs<T> arg
 
 // The unfused baseline's bernoulli kernel: one thread per Philox group of 4 elements.
 __global__ void __launch_bounds__(kThreads)
-    dropout_mask_u8_kernel(std::uint8_t* __restrict__ mask, std::uint64_t n, float p, std::uint64_t seed,
-                           std::uint64_t offset, bool word_aligned) {
+    dropout_mask_u8_kernel(std::uint8_t* __restrict__ mask, std::uint64_t n, DrawThreshold keep_test,
+                           std::uint64_t seed, std::uint64_t offset, bool word_aligned) {
   const std::uint64_t group = static_cast<std::uint64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const std::uint64_t first = group * 4;
   if (first >= n) return;
   const PhiloxWords words = philox_group(seed, offset, group);
   std::uint8_t keep[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) keep[k] = bits_to_unit_float(words.w[k]) >= p ? 1 : 0;
+  for (int k = 0; k < 4; ++k) keep[k] = draw_passes(words.w[k], keep_test) ? 1 : 0;
   if (word_aligned && first + 4 <= n) {
     *reinterpret_cast<std::uint32_t*>(mask + first) =
         static_cast<std::uint32_t>(keep[0]) | (static_cast<std::uint32_t>(keep[1]) << 8) |
@@ -169,7 +169,7 @@ void launch_dropout_fwd(T* y, const T* x, std::size_t n, const DropoutConfig& co
   args.out = y;
   args.in = x;
   args.n = n;
-  args.p = config.p;
+  args.keep = draw_threshold(config.p);
   args.scale = dropout_keep_scale(config.p);
   args.seed = config.seed;
   args.offset = config.offset;
@@ -196,7 +196,7 @@ void launch_dropout_bwd(T* dx, const T* dy, std::size_t n, float p, const void* 
   args.out = dx;
   args.in = dy;
   args.n = n;
-  args.p = p;
+  args.keep = draw_threshold(p);
   args.scale = dropout_keep_scale(p);
   args.mask_bits_in = static_cast<const std::uint32_t*>(mask);
   args.vector_path = is_vector_aligned(dx) && is_vector_aligned(dy);
@@ -215,7 +215,7 @@ void launch_dropout_bwd_regenerate(T* dx, const T* dy, std::size_t n, const Drop
   args.out = dx;
   args.in = dy;
   args.n = n;
-  args.p = config.p;
+  args.keep = draw_threshold(config.p);
   args.scale = dropout_keep_scale(config.p);
   args.seed = config.seed;
   args.offset = config.offset;
@@ -238,7 +238,8 @@ void launch_dropout_mask_u8(std::uint8_t* mask, std::size_t n, const DropoutConf
   const std::uint64_t groups = (n + 3) / 4;
   const std::uint64_t blocks = (groups + kThreads - 1) / kThreads;
   dropout_mask_u8_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      mask, n, config.p, config.seed, config.offset, reinterpret_cast<std::uintptr_t>(mask) % 4 == 0);
+      mask, n, draw_threshold(config.p), config.seed, config.offset,
+      reinterpret_cast<std::uintptr_t>(mask) % 4 == 0);
   SEQBENCH_CUDA_CHECK_LAUNCH();
 }
 
@@ -257,7 +258,7 @@ void launch_dropout_apply_u8(T* y, const T* x, const std::uint8_t* mask, std::si
   args.out = y;
   args.in = x;
   args.n = n;
-  args.p = p;
+  args.keep = draw_threshold(p);
   args.scale = dropout_keep_scale(p);
   args.mask_bytes_in = mask;
   args.vector_path =

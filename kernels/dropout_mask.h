@@ -1,7 +1,8 @@
 // The pieces the three dropout families (dropout, bias+act+dropout, bias+dropout+residual) share,
 // so that none of them copies another:
 //   1. keep bits: K consecutive keep decisions from K/4 Philox calls, bit for bit equal to
-//      philox_keep() and so to reference/dropout.h make_dropout_mask (host and device);
+//      philox_keep() and so to reference/dropout.h make_dropout_mask (host and device), each
+//      decided by an integer compare against draw_threshold(p) (core/philox.h);
 //   2. the bit-packed mask layout and its host emulation (what a CPU test compares against);
 //   3. argument validation shared by the launchers (host);
 //   4. the row-tiled [rows, cols] skeleton of the bias epilogues: a kernel template that applies
@@ -37,10 +38,10 @@ SEQBENCH_HD inline float dropout_keep_scale(float p) {
 }
 
 // Keep bits of the `count` (<= 32) consecutive elements first .. first+count-1: bit j is
-// philox_keep(seed, offset, first + j, p). Any `first`: a span that straddles Philox groups
-// draws each group it touches once (at most count/4 + 1 calls).
+// philox_keep(seed, offset, first + j, p) for keep = draw_threshold(p). Any `first`: a span that
+// straddles Philox groups draws each group it touches once (at most count/4 + 1 calls).
 SEQBENCH_HD inline std::uint32_t dropout_keep_bits(std::uint64_t seed, std::uint64_t offset,
-                                                   std::uint64_t first, int count, float p) {
+                                                   std::uint64_t first, int count, DrawThreshold keep) {
   std::uint32_t bits = 0;
   std::uint64_t group = first >> 2;
   PhiloxWords words = philox_group(seed, offset, group);
@@ -50,7 +51,7 @@ SEQBENCH_HD inline std::uint32_t dropout_keep_bits(std::uint64_t seed, std::uint
       group = index >> 2;
       words = philox_group(seed, offset, group);
     }
-    if (bits_to_unit_float(philox_word(words, static_cast<unsigned>(index & 3))) >= p) bits |= 1u << j;
+    if (draw_passes(philox_word(words, static_cast<unsigned>(index & 3)), keep)) bits |= 1u << j;
   }
   return bits;
 }
@@ -59,7 +60,7 @@ SEQBENCH_HD inline std::uint32_t dropout_keep_bits(std::uint64_t seed, std::uint
 // elements, so exactly K/4 Philox calls, each giving the 4 draws of 4 consecutive elements.
 template <int K>
 SEQBENCH_HD inline std::uint32_t dropout_keep_bits_aligned(std::uint64_t seed, std::uint64_t offset,
-                                                           std::uint64_t first, float p) {
+                                                           std::uint64_t first, DrawThreshold keep) {
   static_assert(K % 4 == 0 && K <= 32, "K must be a multiple of 4, at most 32");
   std::uint32_t bits = 0;
   SEQBENCH_DEVICE_UNROLL
@@ -67,7 +68,7 @@ SEQBENCH_HD inline std::uint32_t dropout_keep_bits_aligned(std::uint64_t seed, s
     const PhiloxWords words = philox_group(seed, offset, (first >> 2) + static_cast<std::uint64_t>(q));
     SEQBENCH_DEVICE_UNROLL
     for (int k = 0; k < 4; ++k) {
-      bits |= (bits_to_unit_float(words.w[k]) >= p ? 1u : 0u) << (4 * q + k);
+      bits |= (draw_passes(words.w[k], keep) ? 1u : 0u) << (4 * q + k);
     }
   }
   return bits;
@@ -230,7 +231,7 @@ struct RowTileArgs {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   std::int64_t rows_per_block = 0;
-  float p = 0.0f;  // drop probability, used when kMask
+  DrawThreshold keep;  // draw_threshold(drop probability), used when kMask
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
   bool vector_path = false;  // cols % K == 0 and every pointer 16-byte aligned
@@ -247,6 +248,60 @@ bool row_tile_vector_ok(const RowTileArgs<T>& a) {
 
 // load_floats / store_floats: kernels/packed.h.
 
+// The rows of one thread's column vector, row_begin + threadIdx.y, every kTileRows-th, up to
+// row_end: row_tile_kernel runs it once with kWhole true (the vector path, every vector when
+// RowTileArgs::vector_path and the thread's K columns are whole) or once with kWhole false (the
+// element path), so that the vector loop, the one that moves the data at every shape the suites
+// time, holds no branch on the path: before, each row chose its load, keep-bit and store paths
+// at run time, and the loop held both, and ptxas recomputed the Philox key schedule and the path
+// predicates every row: 27.2 instructions an element in the bf16 ReLU forward's vector path, 19.3
+// split (tools/issue_budget.py; kernels/NOTES-dropout-bias.md). Both loops compute what the one
+// loop did. The price is registers, hence row_tile_kernel's launch bounds. A function
+// with __restrict__ parameters rather than a lambda: capturing the kernel's __restrict__ locals by
+// reference lost them, and with them the read-only loads (SASS: LDG.E.128 for LDG.E.128.CONSTANT).
+template <bool kWhole, class T, int kInputs, bool kMask, bool kReduce, bool kOutIsIn0, int K, class Fn>
+__device__ __forceinline__ void row_tile_rows(
+    std::conditional_t<kOutIsIn0, T*, T* __restrict__> out,
+    std::conditional_t<kOutIsIn0, const T*, const T* __restrict__> in0,
+    std::conditional_t<kOutIsIn0, const T*, const T* __restrict__> in1, const RowTileArgs<T>& args,
+    std::int64_t col0, int count, std::int64_t row_begin, std::int64_t row_end, const float (&bias)[K],
+    float (&acc)[K], const Fn& fn) {
+  const std::int64_t cols = args.cols;
+  // Two rows in flight on the vector path; one on the element path (a row's last, partial vector,
+  // or every vector of a misaligned call), which holds the general keep-bit loop: unrolled too, it
+  // made ptxas spill a register in the unfused GELU-tanh backward's 16-bit instances.
+  [[maybe_unused]] constexpr int kUnroll = kWhole ? 2 : 1;  // unused where simt empties the pragma
+#pragma unroll kUnroll
+  for (std::int64_t r = row_begin + threadIdx.y; r < row_end; r += kTileRows) {
+    const std::int64_t first = r * cols + col0;
+    float a[K], b[K];
+    load_floats<T, K>(in0 + first, a, count, kWhole);
+    if constexpr (kInputs == 2) {
+      load_floats<T, K>(in1 + first, b, count, kWhole);
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k) b[k] = 0.0f;
+    }
+    std::uint32_t keep = ~0u;
+    if constexpr (kMask) {
+      const auto index = static_cast<std::uint64_t>(first);
+      if constexpr (kWhole) {
+        keep = dropout_keep_bits_aligned<K>(args.seed, args.offset, index, args.keep);
+      } else {
+        keep = dropout_keep_bits(args.seed, args.offset, index, count, args.keep);
+      }
+    }
+    float result[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) result[k] = fn(a[k], b[k], bias[k], ((keep >> k) & 1u) != 0);
+    if constexpr (kReduce) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) acc[k] += result[k];
+    }
+    if (out != nullptr) store_floats<T, K>(out + first, result, count, kWhole);
+  }
+}
+
 // out[r, c] = fn(in0[r, c], in1[r, c], bias[c], keep(r·cols + c)) in float, rounded once to T;
 // with kReduce, also partials[blockIdx.y, c] = Σ over the block's rows of that float value, in a
 // fixed order (each thread's rows in increasing order, then the 8 row lanes in order).
@@ -258,8 +313,15 @@ bool row_tile_vector_ok(const RowTileArgs<T>& a) {
 // Every pointer, in1 included: nvcc 13.0 was seen to turn ALL of a kernel's global loads into
 // ld.global.nc once ANY one local pointer is __restrict__ (the PTX of an instance that kept in1
 // __restrict__ loaded in0 with ld.global.nc). The non-in-place instances are unchanged.
+//
+// At least 3 blocks an SM (at most 80 registers), which is what ptxas chose for the largest
+// instances when the row loop was one: the split loops keep the Philox key schedule in registers,
+// and left alone ptxas took up to 104 in some instances (2 blocks an SM) and spilled in another
+// (the fused ReLU backward, fp16) at 80. 3 blocks keep 24 warps an SM and, at 2 rows x 16 bytes
+// of each input a thread, 24 KB of loads in flight an SM for one input, against the ~16 KB that an
+// H200's copy rate asks at 1 µs of latency.
 template <class T, int kInputs, bool kBias, bool kMask, bool kReduce, bool kOutIsIn0, class Fn>
-__global__ void __launch_bounds__(kTileThreads) row_tile_kernel(const RowTileArgs<T> args, const Fn fn) {
+__global__ void __launch_bounds__(kTileThreads, 3) row_tile_kernel(const RowTileArgs<T> args, const Fn fn) {
   constexpr int K = Packed<T>::kSize;
   using OutPtr = std::conditional_t<kOutIsIn0, T*, T* __restrict__>;
   using InPtr = std::conditional_t<kOutIsIn0, const T*, const T* __restrict__>;
@@ -290,33 +352,13 @@ __global__ void __launch_bounds__(kTileThreads) row_tile_kernel(const RowTileArg
   const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * args.rows_per_block;
   const std::int64_t row_end =
       args.rows - row_begin < args.rows_per_block ? args.rows : row_begin + args.rows_per_block;
-  if (count > 0) {
-#pragma unroll 2
-    for (std::int64_t r = row_begin + threadIdx.y; r < row_end; r += kTileRows) {
-      const std::int64_t first = r * cols + col0;
-      float a[K], b[K];
-      load_floats<T, K>(in0 + first, a, count, whole);
-      if constexpr (kInputs == 2) {
-        load_floats<T, K>(in1 + first, b, count, whole);
-      } else {
-#pragma unroll
-        for (int k = 0; k < K; ++k) b[k] = 0.0f;
-      }
-      std::uint32_t keep = ~0u;
-      if constexpr (kMask) {
-        const auto index = static_cast<std::uint64_t>(first);
-        keep = whole ? dropout_keep_bits_aligned<K>(args.seed, args.offset, index, args.p)
-                     : dropout_keep_bits(args.seed, args.offset, index, count, args.p);
-      }
-      float result[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) result[k] = fn(a[k], b[k], bias[k], ((keep >> k) & 1u) != 0);
-      if constexpr (kReduce) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) acc[k] += result[k];
-      }
-      if (out != nullptr) store_floats<T, K>(out + first, result, count, whole);
-    }
+  // The row loop twice, once with `whole` a constant of each value: see row_tile_rows.
+  if (whole) {
+    row_tile_rows<true, T, kInputs, kMask, kReduce, kOutIsIn0>(out, in0, in1, args, col0, count, row_begin,
+                                                               row_end, bias, acc, fn);
+  } else if (count > 0) {
+    row_tile_rows<false, T, kInputs, kMask, kReduce, kOutIsIn0>(out, in0, in1, args, col0, count, row_begin,
+                                                                row_end, bias, acc, fn);
   }
 
   if constexpr (kReduce) write_column_partials<K>(acc, args.partials, cols);
@@ -339,10 +381,11 @@ void launch_row_tile(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
 
 // launch_row_tile for the dropout kernels: p = 0 keeps every element (philox_keep keeps u >= p, and
 // u >= 0 always; the keep scale is 1), so it runs the kMask = false instance, the same bits without
-// the Philox draws (K/4 Philox calls per thread-row and their integer work).
+// the Philox draws (K/4 Philox calls per thread-row and their integer work). Sets args.keep.
 template <class T, int kInputs, bool kBias, bool kReduce, bool kOutIsIn0 = false, class Fn>
-void launch_row_tile_dropout(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
-  if (args.p == 0.0f)
+void launch_row_tile_dropout(RowTileArgs<T> args, float p, const Fn& fn, cudaStream_t stream) {
+  args.keep = draw_threshold(p);
+  if (p == 0.0f)
     launch_row_tile<T, kInputs, kBias, false, kReduce, kOutIsIn0>(args, fn, stream);
   else
     launch_row_tile<T, kInputs, kBias, true, kReduce, kOutIsIn0>(args, fn, stream);

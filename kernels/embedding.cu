@@ -251,7 +251,8 @@ struct FwdArgs {
   SinusoidArgs sinusoid;
   std::int64_t hidden = 0;
   float scale = 1.0f;
-  float p = 0.0f, keep_scale = 1.0f;
+  DrawThreshold keep;  // draw_threshold(dropout p)
+  float keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
   bool vector_path = false;   // H % K == 0 and y and the tables 16-byte aligned
   bool table_vector = false;  // the sinusoid table 16-byte aligned (the workspace need only be 8)
@@ -311,8 +312,8 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
           for (int k = 0; k < K; ++k) q[u][k] = k < count[u] ? sinusoid(position, c0 + k, a.sinusoid) : 0.0f;
         }
         const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                         : dropout_keep_bits(a.seed, a.offset, first, count[u], a.p);
+        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
+                                         : dropout_keep_bits(a.seed, a.offset, first, count[u], a.keep);
 #pragma unroll
         for (int k = 0; k < K; ++k)
           v[k] = fmaf(t[u][k], a.scale, q[u][k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
@@ -347,7 +348,8 @@ struct BwdArgs {
   TileArgs tile;
   std::int64_t hidden = 0;
   float scale = 1.0f;
-  float p = 0.0f, keep_scale = 1.0f;
+  DrawThreshold keep;  // draw_threshold(dropout p)
+  float keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
   bool vector_path = false;  // H % K == 0, dy and the gradient tables 16-byte aligned
 };
@@ -391,8 +393,8 @@ __global__ void __launch_bounds__(kThreads, kBwdAtomicMinBlocks)
       const std::int64_t c0 = base + u * 32 * K;
       const bool whole = a.vector_path && count[u] == K;
       const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                                       : dropout_keep_bits(a.seed, a.offset, first, count[u], a.p);
+      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
+                                       : dropout_keep_bits(a.seed, a.offset, first, count[u], a.keep);
       float sg[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
@@ -546,7 +548,8 @@ struct ChunkArgs {
   const std::int32_t* values = nullptr;  // dy row of each entry; -1: skip
   std::int64_t n = 0, windows = 0, rows = 0, hidden = 0;
   float out_scale = 1.0f;
-  float p = 0.0f, keep_scale = 1.0f;
+  DrawThreshold keep;  // draw_threshold(dropout p)
+  float keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
   bool vector_path = false;  // H % K == 0, dy and grad 16-byte aligned (the partials always are)
 };
@@ -654,8 +657,8 @@ __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
           const std::int64_t at = static_cast<std::int64_t>(i) * hidden + c0;
           load_floats<T, K>(a.dy + at, g[q], count, whole);
           const auto first = static_cast<std::uint64_t>(at);
-          keep[q] = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.p)
-                          : dropout_keep_bits(a.seed, a.offset, first, count, a.p);
+          keep[q] = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
+                          : dropout_keep_bits(a.seed, a.offset, first, count, a.keep);
         } else {
 #pragma unroll
           for (int c = 0; c < K; ++c) g[q][c] = 0.0f;
@@ -1035,7 +1038,7 @@ BwdArgs<T> make_bwd_args(T* d_token_table, T* d_position_table, const T* dy, con
   a.tile = make_tile(tokens, positions, shape, config);
   a.hidden = shape.hidden;
   a.scale = config.scale;
-  a.p = config.dropout.p;
+  a.keep = draw_threshold(config.dropout.p);
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
   a.offset = config.dropout.offset;
@@ -1171,7 +1174,7 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   a.tile = make_tile(tokens, positions, shape, config);
   a.hidden = shape.hidden;
   a.scale = config.scale;
-  a.p = config.dropout.p;
+  a.keep = draw_threshold(config.dropout.p);
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
   a.offset = config.dropout.offset;
@@ -1505,7 +1508,7 @@ void launch_embedding_bwd_sorted(T* d_token_table, T* d_position_table, const T*
   c.n = n;
   c.windows = (n + kChunk - 1) / kChunk;
   c.hidden = shape.hidden;
-  c.p = config.dropout.p;
+  c.keep = draw_threshold(config.dropout.p);
   c.keep_scale = dropout_keep_scale(config.dropout.p);
   c.seed = config.dropout.seed;
   c.offset = config.dropout.offset;

@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "core/dtype.h"
 
@@ -40,6 +42,30 @@ struct alignas(sizeof(T) * N) Packed {
   }
 };
 
+// A Packed vector's N elements as floats. In bfloat16 a pair of elements shares a 32-bit word,
+// and each conversion is only a move of 16 bits into a float's high half: the even element is
+// the word shifted left by 16 and the odd one the word with its low half cleared, one
+// instruction each (SASS: IMAD.SHL or SHF, LOP3). Element by element through __bfloat162float,
+// nvcc 13.0 (sm_90) first extracted the odd element (PRMT) and then shifted it, so a word cost
+// three instructions instead of two. The same bits either way (the conversion is exact).
+template <class T, int N>
+SEQBENCH_HD inline void unpack_floats(const Packed<T, N>& packed, float (&v)[N]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    std::uint32_t words[N / 2];
+    std::memcpy(words, packed.v, sizeof words);
+    SEQBENCH_DEVICE_UNROLL
+    for (int i = 0; i < N / 2; ++i) {
+      const std::uint32_t even = words[i] << 16;
+      const std::uint32_t odd = words[i] & 0xffff0000u;
+      std::memcpy(&v[2 * i], &even, sizeof even);
+      std::memcpy(&v[2 * i + 1], &odd, sizeof odd);
+    }
+  } else {
+    SEQBENCH_DEVICE_UNROLL
+    for (int k = 0; k < N; ++k) v[k] = to_float(packed.v[k]);
+  }
+}
+
 // K elements to float: one K-element Packed load when `whole`, else `count` scalar loads (the rest
 // 0). No __restrict__ here: whether a load may take the read-only path is the calling kernel's
 // choice, made by how it declares the pointer (row_tile_kernel's in-place instance must not).
@@ -47,9 +73,7 @@ struct alignas(sizeof(T) * N) Packed {
 template <class T, int K>
 SEQBENCH_HD inline void load_floats(const T* src, float (&v)[K], int count, bool whole) {
   if (whole) {
-    const Packed<T, K> packed = Packed<T, K>::load(src);
-    SEQBENCH_DEVICE_UNROLL
-    for (int k = 0; k < K; ++k) v[k] = to_float(packed.v[k]);
+    unpack_floats(Packed<T, K>::load(src), v);
   } else {
     SEQBENCH_DEVICE_UNROLL
     for (int k = 0; k < K; ++k) v[k] = k < count ? to_float(src[k]) : 0.0f;

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
 
 namespace seqbench {
 namespace {
@@ -72,6 +76,69 @@ TEST(Philox, BitsToUnitFloatEndpoints) {
   EXPECT_EQ(bits_to_unit_float(0u), 0.0f);
   EXPECT_LT(bits_to_unit_float(0xffffffffu), 1.0f);
   EXPECT_EQ(bits_to_unit_float(0xffffffffu), 1.0f - std::ldexp(1.0f, -24));
+}
+
+// The kernels decide keep with draw_threshold / draw_passes (one integer compare a draw); the reference, with
+// bits_to_unit_float(bits) >= p. Both tests are monotone in bits, so they agree everywhere when they agree at
+// the threshold and on either side of it: probed there for edge, subnormal, ulp-neighbour, out-of-range and
+// random p (random float bit patterns below 1, so every exponent is drawn), with random low bytes, plus a
+// sweep of every bits >> 8 for three p.
+TEST(Philox, IntegerThresholdDecidesAsTheFloatTest) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> ps = {0.0f,
+                           -0.0f,
+                           -1.0f,
+                           -inf,
+                           inf,
+                           std::nanf(""),
+                           2.0f,
+                           1.0f,
+                           std::nextafter(1.0f, 2.0f),
+                           std::nextafter(1.0f, 0.0f),
+                           0.5f,
+                           std::nextafter(0.5f, 0.0f),
+                           std::nextafter(0.5f, 1.0f),
+                           0.1f,
+                           1.0f / 3.0f,
+                           std::numeric_limits<float>::denorm_min(),
+                           std::numeric_limits<float>::min(),
+                           std::ldexp(1.0f, -24),
+                           std::ldexp(1.0f, -25),
+                           std::nextafter(std::ldexp(1.0f, -24), 0.0f),
+                           std::nextafter(std::ldexp(1.0f, -24), 1.0f),
+                           1.0f - std::ldexp(1.0f, -24)};
+  std::mt19937_64 rng(20261202);
+  for (int i = 0; i < 4000; ++i) {
+    const auto pattern = static_cast<std::uint32_t>(rng() % 0x3f800000u);  // the floats in [0, 1)
+    float p;
+    std::memcpy(&p, &pattern, sizeof p);
+    ps.push_back(p);
+  }
+  const auto agree = [](std::uint32_t bits, float p, DrawThreshold threshold) {
+    return draw_passes(bits, threshold) == (bits_to_unit_float(bits) >= p);
+  };
+  constexpr std::int64_t kTop = (std::int64_t{1} << 24) - 1;  // the largest bits >> 8
+  for (const float p : ps) {
+    const DrawThreshold threshold = draw_threshold(p);
+    const std::uint32_t t = threshold.min_high_bits;
+    ASSERT_LE(t, std::uint32_t{1} << 24) << "p=" << p;
+    std::vector<std::int64_t> probes = {0, kTop, static_cast<std::int64_t>(rng() % (kTop + 1))};
+    for (std::int64_t d = -2; d <= 2; ++d) probes.push_back(static_cast<std::int64_t>(t) + d);
+    for (const std::int64_t m : probes) {
+      if (m < 0 || m > kTop) continue;
+      for (const std::uint32_t low : {0u, 255u, static_cast<std::uint32_t>(rng() % 256)}) {
+        const std::uint32_t bits = static_cast<std::uint32_t>(m) << 8 | low;
+        ASSERT_TRUE(agree(bits, p, threshold)) << "p=" << p << " (" << std::hexfloat << p << std::defaultfloat
+                                               << ") threshold=" << t << " bits=" << bits;
+      }
+    }
+  }
+  for (const float p : {0.1f, 0.5f, 1.0f / 3.0f}) {
+    const DrawThreshold threshold = draw_threshold(p);
+    for (std::uint32_t m = 0; m <= static_cast<std::uint32_t>(kTop); ++m) {
+      ASSERT_TRUE(agree(m << 8 | (m & 255u), p, threshold)) << "p=" << p << " bits>>8=" << m;
+    }
+  }
 }
 
 TEST(Philox, KeepRateWithinFourSigma) {

@@ -66,7 +66,7 @@ TEST(DropoutKeepBits, EqualPhiloxKeepForAnySpan) {
     const std::uint64_t seed = rng(), offset = rng() % 100, first = rng() % (std::uint64_t{1} << 40);
     const int count = 1 + static_cast<int>(rng() % 32);
     const float p = static_cast<float>(rng() % 1001) / 1000.0f;
-    const std::uint32_t bits = dropout_keep_bits(seed, offset, first, count, p);
+    const std::uint32_t bits = dropout_keep_bits(seed, offset, first, count, draw_threshold(p));
     for (int j = 0; j < 32; ++j) {
       const bool want = j < count && philox_keep(seed, offset, first + static_cast<std::uint64_t>(j), p);
       ASSERT_EQ(((bits >> j) & 1u) != 0, want) << "first=" << first << " count=" << count << " j=" << j;
@@ -79,12 +79,12 @@ TEST(DropoutKeepBits, AlignedFastPathEqualsTheGeneralOne) {
   for (int trial = 0; trial < 2000; ++trial) {
     const std::uint64_t seed = rng(), offset = rng() % 100, first = (rng() % (std::uint64_t{1} << 40)) * 4;
     const float p = static_cast<float>(rng() % 1001) / 1000.0f;
-    EXPECT_EQ(dropout_keep_bits_aligned<4>(seed, offset, first, p),
-              dropout_keep_bits(seed, offset, first, 4, p));
-    EXPECT_EQ(dropout_keep_bits_aligned<8>(seed, offset, first, p),
-              dropout_keep_bits(seed, offset, first, 8, p));
-    EXPECT_EQ(dropout_keep_bits_aligned<32>(seed, offset, first, p),
-              dropout_keep_bits(seed, offset, first, 32, p));
+    EXPECT_EQ(dropout_keep_bits_aligned<4>(seed, offset, first, draw_threshold(p)),
+              dropout_keep_bits(seed, offset, first, 4, draw_threshold(p)));
+    EXPECT_EQ(dropout_keep_bits_aligned<8>(seed, offset, first, draw_threshold(p)),
+              dropout_keep_bits(seed, offset, first, 8, draw_threshold(p)));
+    EXPECT_EQ(dropout_keep_bits_aligned<32>(seed, offset, first, draw_threshold(p)),
+              dropout_keep_bits(seed, offset, first, 32, draw_threshold(p)));
   }
 }
 
@@ -105,7 +105,7 @@ TEST(DropoutPackedMask, HoldsTheReferenceMaskBitByBit) {
       for (int b = 0; b < 4; ++b) word |= static_cast<std::uint32_t>(packed[4 * w + b]) << (8 * b);
       const std::size_t first = 32 * w;
       const int count = static_cast<int>(std::min<std::size_t>(32, static_cast<std::size_t>(n) - first));
-      EXPECT_EQ(word, dropout_keep_bits(99, 4, first, count, 0.3f)) << "word " << w;
+      EXPECT_EQ(word, dropout_keep_bits(99, 4, first, count, draw_threshold(0.3f))) << "word " << w;
     }
   }
 }
@@ -120,11 +120,12 @@ TEST(DropoutPackedMask, LaneAssemblyGivesTheLayoutsWords) {
       std::uint32_t word = 0;
       for (int lane = 0; lane < 32 / K; ++lane) {
         const std::uint64_t first = 32 * word_index + static_cast<std::uint64_t>(lane * K);
-        const std::uint32_t bits = K == 4 ? dropout_keep_bits_aligned<4>(seed, offset, first, p)
-                                          : dropout_keep_bits_aligned<8>(seed, offset, first, p);
+        const std::uint32_t bits = K == 4
+                                       ? dropout_keep_bits_aligned<4>(seed, offset, first, draw_threshold(p))
+                                       : dropout_keep_bits_aligned<8>(seed, offset, first, draw_threshold(p));
         word |= bits << (lane * K);
       }
-      EXPECT_EQ(word, dropout_keep_bits(seed, offset, 32 * word_index, 32, p)) << "K=" << K;
+      EXPECT_EQ(word, dropout_keep_bits(seed, offset, 32 * word_index, 32, draw_threshold(p))) << "K=" << K;
     }
   }
 }
@@ -135,7 +136,7 @@ TEST(DropoutKeepRate, PhiloxKeepRateIsWithinFourSigma) {
   for (const float p : {0.1f, 0.5f, 0.9f}) {
     std::size_t kept = 0;
     for (std::size_t i = 0; i < n; i += 32) {
-      const std::uint32_t bits = dropout_keep_bits_aligned<32>(123, 0, i, p);
+      const std::uint32_t bits = dropout_keep_bits_aligned<32>(123, 0, i, draw_threshold(p));
       kept += static_cast<std::size_t>(__builtin_popcount(bits));
     }
     const double rate = static_cast<double>(kept) / n;
