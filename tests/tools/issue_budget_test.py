@@ -1,0 +1,94 @@
+"""tools/issue_budget.py on a SASS listing shaped like a row-tiled kernel's row loop: the walk takes
+the vector path at every branch (the 16-byte load over the element loads, the aligned keep bits
+over the general loop, the store over its skip), counts predicated instructions, and the table
+gives the instructions per element and the issue/memory ratio from them."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from tool_test import ToolTest  # noqa: E402
+import issue_budget  # noqa: E402
+
+# The bf16 fused ReLU forward with dropout (row_tile_kernel<bf16, 1, true, true, false, false, ...>).
+NAME = ("_ZN8seqbench7kernels14dropout_detail15row_tile_kernelI13__nv_bfloat16Li1ELb1ELb1ELb0ELb0ENS0_52_"
+        "GLOBAL__N__39cefdff_19_bias_act_dropout_cu_7e38196612FusedForwardILNS0_10ActivationE0EEEEEvNS1_"
+        "11RowTileArgsIT_EET5_")
+
+# One row an iteration (8 bf16 elements), addresses 16 apart as cuobjdump prints them.
+BODY = [
+    "IMAD.WIDE.U32 R2, R4, 0x2, R6",         # 0x100 loop head
+    "BSSY B0, 0x170",                         # 0x110 load: vector or element path
+    "@P6 BRA 0x150",                          # 0x120
+    "LDG.E.U16.CONSTANT R8, desc[UR4][R2.64]",  # 0x130 element path
+    "BRA 0x160",                              # 0x140
+    "LDG.E.128.CONSTANT R8, desc[UR4][R2.64]",  # 0x150 vector path
+    "BSYNC B0",                               # 0x160
+    "BSSY B0, 0x230",                         # 0x170 keep bits: aligned or general
+    "@P6 BRA 0x200",                          # 0x180
+    "IMAD.WIDE.U32 R20, R21, 0x2, RZ",        # 0x190 general: longer than the aligned one, and a loop
+    "IMAD.WIDE.U32 R22, R23, 0x2, RZ",        # 0x1a0
+    "IMAD.WIDE.U32 R24, R25, 0x2, RZ",        # 0x1b0
+    "IADD3 R9, R9, 0x1, RZ",                  # 0x1c0
+    "@!P1 BRA 0x1c0",                         # 0x1d0
+    "BRA 0x220",                              # 0x1e0
+    "NOP",                                    # 0x1f0
+    "LOP3.LUT R10, R10, R11, RZ, 0x96, !PT",  # 0x200 aligned
+    "@P2 FSEL R12, RZ, R13, !P3",             # 0x210 predicated: counted
+    "BSYNC B0",                               # 0x220
+    "NOP",                                    # 0x230 not counted
+    "@!P0 BRA 0x260",                         # 0x240 out == nullptr skips the store
+    "STG.E.128 desc[UR4][R2.64], R8",         # 0x250
+    "ISETP.GE.AND P0, PT, R4, R5, PT",        # 0x260
+    "@!P0 BRA 0x100",                         # 0x270 the row loop's back edge
+]
+# The vector path: 0x100, 0x110, 0x120, 0x150, 0x160, 0x170, 0x180, 0x200, 0x210, 0x220, 0x240,
+# 0x250, 0x260, 0x270: 14 instructions for 8 elements.
+VECTOR_PATH = 14
+
+
+def listing():
+    lines = [f"\t\tFunction : {NAME}", '\t.headerflags\t@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"',
+             "        /*00f0*/                   MOV R1, c[0x0][0x28] ;"]
+    for i, text in enumerate(BODY):
+        lines.append(f"        /*{0x100 + 16 * i:04x}*/                   {text} ;  /* 0x000fe20000000f00 */")
+    lines.append(f"        /*{0x100 + 16 * len(BODY):04x}*/                   EXIT ;")
+    return "\n".join(lines) + "\n"
+
+
+class IssueBudget(ToolTest):
+    tool = "issue_budget.py"
+
+    def test_the_walk_takes_the_vector_path_at_every_branch(self):
+        functions = issue_budget.parse_sass(listing())
+        instructions = functions[NAME]
+        loops = issue_budget.loops(instructions)
+        self.assertIn((0x100, 0x270), loops)
+        self.assertIn((0x1c0, 0x1d0), loops)
+        path = issue_budget.vector_path(instructions, (0x100, 0x270))
+        self.assertEqual(path.count, VECTOR_PATH)
+        self.assertEqual((path.wide_loads, path.wide_stores, path.narrow, path.loop), (1, 1, 0, False))
+        self.assertNotIn(0x130, [address for address, _ in path.trace])  # the element load
+        self.assertNotIn(0x190, [address for address, _ in path.trace])  # the general keep bits
+
+    def test_the_table_gives_instructions_per_element_and_the_ratio(self):
+        sass = self.write("bias_act_dropout.sass", listing())
+        result = self.run_tool(sass)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        row = [line for line in result.stdout.splitlines() if "FusedForward/relu" in line]
+        self.assertEqual(len(row), 1, result.stdout)
+        cells = [cell.strip() for cell in row[0].split("|")]
+        self.assertEqual(cells[2:6], ["bf16", "yes", f"{VECTOR_PATH / 8:.1f}", "4"])
+        # H200 by default: 1.75 instructions an element x 4.3e12 / 4 B / (4 x 32 x 132 x 1.98e9).
+        ratio = VECTOR_PATH / 8 * 4.3e12 / 4 / (4 * 32 * 132 * 1.98e9)
+        self.assertEqual(cells[7], f"{ratio:.2f}")
+
+    def test_a_missing_object_is_an_error_naming_it(self):
+        result = self.run_tool(os.path.join(self.dir, "nothing.sass"))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("nothing.sass", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
