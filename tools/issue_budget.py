@@ -38,7 +38,9 @@ import sys
 
 FUNCTION = re.compile(r"Function : (\S+)")
 INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
-BACKWARD_BRANCH = re.compile(r"\bBRA(?:\.\w+)*\s+(?:`\(\.L_\w+\)|0x([0-9a-f]+))")
+PREDICATE = r"@!?U?P\w+\s+"  # an instruction's guard, "@P0 " or "@!UP1 "
+# A branch to an address: group 1 its guard (None when unconditional), group 2 the target.
+BRANCH = re.compile(rf"^({PREDICATE})?BRA(?:\.\w+)*\s+0x([0-9a-f]+)")
 ACCESS = re.compile(r"^(LDG|STG|RED|ATOMG)\b")
 WIDTHS = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
 DTYPE_BYTES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
@@ -52,7 +54,7 @@ DEVICES = {
 
 
 def opcode(text):
-    text = re.sub(r"^@!?U?P\w+\s+", "", text)
+    text = re.sub(rf"^{PREDICATE}", "", text)
     return text.split()[0] if text else ""
 
 
@@ -81,9 +83,9 @@ def loops(instructions):
     """Each backward branch's (target, branch) addresses: the loops of a function."""
     found = []
     for address, text in instructions:
-        match = BACKWARD_BRANCH.search(text)
-        if match and match.group(1) and int(match.group(1), 16) < address:
-            found.append((int(match.group(1), 16), address))
+        match = BRANCH.match(text)
+        if match and int(match.group(2), 16) < address:
+            found.append((int(match.group(2), 16), address))
     return found
 
 
@@ -143,7 +145,7 @@ def walk(instructions, index, start, stop):
                 path.wide_loads += 1
             elif op.startswith("STG"):
                 path.wide_stores += 1
-        branch = re.match(r"^(@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+0x([0-9a-f]+)", text)
+        branch = BRANCH.match(text)
         if branch:
             target = int(branch.group(2), 16)
             if target <= address:
@@ -172,6 +174,7 @@ def vector_path(instructions, loop):
     # Walk the body up to the backward branch, then count the branch itself.
     body = walk(instructions, index, target, branch)
     body.count += 1
+    body.trace.append(instructions[index[branch]])
     return body
 
 
