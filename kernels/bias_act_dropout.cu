@@ -4,6 +4,7 @@
 #include "core/nvtx.h"
 #include "kernels/bias_act_dropout.h"
 #include "kernels/dropout_mask.h"
+#include "kernels/gelu.h"
 
 namespace seqbench::kernels {
 
@@ -11,39 +12,28 @@ using namespace dropout_detail;
 
 namespace {
 
-// The activations in float, with the reference's formulas (reference/bias_act_dropout.cpp). The
-// full-precision erff/tanhf/expf (no fast-math intrinsics): 2 ulp each, per the CUDA math docs.
-constexpr float kInvSqrt2 = 0.70710678118654752f;     // 1/√2
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1/√(2π): the normal pdf's factor
-constexpr float kSqrt2OverPi = 0.79788456080286536f;  // √(2/π)
-constexpr float kGeluTanhCoeff = 0.044715f;
-
+// The activations in float (kernels/gelu.h: the GELUs in straight-line FFMA chains and MUFU
+// operations, within a quarter of the operator checks' bounds). ReLU's derivative at 0 is 0
+// (PyTorch's threshold_backward, and the reference).
 template <Activation A>
 __device__ __forceinline__ float activate(float z) {
   if constexpr (A == Activation::relu) {
     return z > 0.0f ? z : 0.0f;
   } else if constexpr (A == Activation::gelu_erf) {
-    return 0.5f * z * (1.0f + erff(z * kInvSqrt2));
+    return gelu_erf(z);
   } else {
-    return 0.5f * z * (1.0f + tanhf(kSqrt2OverPi * (z + kGeluTanhCoeff * z * z * z)));
+    return gelu_tanh(z);
   }
 }
 
-// d act / dz. ReLU's derivative at 0 is 0 (PyTorch's threshold_backward, and the reference).
 template <Activation A>
 __device__ __forceinline__ float activate_grad(float z) {
   if constexpr (A == Activation::relu) {
     return z > 0.0f ? 1.0f : 0.0f;
   } else if constexpr (A == Activation::gelu_erf) {
-    // d/dz [z Φ(z)] = Φ(z) + z φ(z)
-    const float cdf = 0.5f * (1.0f + erff(z * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * expf(-0.5f * z * z);
-    return cdf + z * pdf;
+    return gelu_erf_grad(z);
   } else {
-    // u = √(2/π)(z + c z³), t = tanh u: 0.5 (1 + t) + 0.5 z (1 - t²) u'(z)
-    const float t = tanhf(kSqrt2OverPi * (z + kGeluTanhCoeff * z * z * z));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhCoeff * z * z);
-    return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * du;
+    return gelu_tanh_grad(z);
   }
 }
 
