@@ -13,7 +13,7 @@ using namespace dropout_detail;
 namespace {
 
 // The activations in float (kernels/gelu.h: the GELUs in straight-line FFMA chains and MUFU
-// operations, within a quarter of the operator checks' bounds). ReLU's derivative at 0 is 0
+// operations, well inside the operator checks' bounds). ReLU's derivative at 0 is 0
 // (PyTorch's threshold_backward, and the reference).
 template <Activation A>
 __device__ __forceinline__ float activate(float z) {

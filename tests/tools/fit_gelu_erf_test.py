@@ -1,6 +1,7 @@
 """tools/fit_gelu_erf.py --check on kernels/gelu.h: the header's kappa and polynomial are the fit's
-(exit 0), and a header with one coefficient moved by 3 float ulps, a coefficient missing, or
-another kappa is refused (exit 1, naming what differs)."""
+and its Horner chain uses them in order (exit 0), and a header with one coefficient moved by 3
+float ulps, a coefficient missing, a coefficient defined twice, a chain out of order, or another
+kappa is refused (exit 1, naming what differs)."""
 import os
 import re
 import struct
@@ -34,6 +35,9 @@ class FitGeluErfTest(ToolTest):
         # The fit itself: a relative error of h below one float rounding.
         error = float(re.search(r"relative error of h of ([0-9.]+) u_f32", result.stdout).group(1))
         self.assertLess(error, 1.0)
+        # As the kernels evaluate it, float Horner steps included: a few roundings.
+        in_float = float(re.search(r"([0-9.]+) u_f32 relative in h", result.stdout).group(1))
+        self.assertLess(in_float, 5.0)
 
     def test_a_moved_coefficient_is_refused(self):
         match = re.search(r"kGeluErfP5 = ([-+0-9.e]+)f;", self.text)
@@ -45,9 +49,24 @@ class FitGeluErfTest(ToolTest):
 
     def test_a_missing_coefficient_is_refused(self):
         text = re.sub(r"constexpr float kGeluErfP8 = [^;]*;", "", self.text)
+        text = text.replace("float p = -kGeluErfP8;\n  p = fmaf(p, tau, -kGeluErfP7);", "float p = -kGeluErfP7;")
         result = self.run_tool("--check", self.write("gelu.h", text))
         self.assertEqual(result.returncode, 1)
         self.assertIn("8 coefficients in the header, 9 in the fit", result.stderr)
+
+    def test_a_coefficient_defined_twice_is_refused(self):
+        line = re.search(r"constexpr float kGeluErfP3 = [^;]*;", self.text).group(0)
+        result = self.run_tool("--check", self.write("gelu.h", self.text.replace(line, line + "\n" + line)))
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("kGeluErfP3 is defined twice", result.stderr)
+
+    def test_a_horner_chain_out_of_order_is_refused(self):
+        text = self.text.replace("fmaf(p, tau, -kGeluErfP2);", "fmaf(p, tau, -kGeluErfPX);")
+        text = text.replace("fmaf(p, tau, -kGeluErfP3);", "fmaf(p, tau, -kGeluErfP2);")
+        text = text.replace("fmaf(p, tau, -kGeluErfPX);", "fmaf(p, tau, -kGeluErfP3);")
+        result = self.run_tool("--check", self.write("gelu.h", text))
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("the Horner chain uses the coefficients in the order", result.stderr)
 
     def test_another_kappa_is_refused(self):
         text = self.text.replace("kGeluErfKappa = 0.38;", "kGeluErfKappa = 0.4;")
