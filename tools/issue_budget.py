@@ -15,7 +15,9 @@ against what the memory asks for:
 where elements per second = copy bandwidth / minimal bytes per element, and the issue rate is
 4 warp instructions a clock an SM (Hopper's four schedulers) x 32 threads x SMs x clock. A ratio
 above 1 means the kernel cannot reach the copy bandwidth: at best 1/ratio of it. Near 1, expect
-less than either limit, since the two rarely overlap perfectly.
+less than either limit, since the two rarely overlap perfectly. The MUFU operations on the path
+(rcp, ex2: kernels/gelu.h) get a ratio of their own against the special-function unit's rate
+(16 results a clock an SM); the larger of the two ratios caps the kernel.
 
 The device constants are leads until the suite measures them (H100 SXM: 3.0 TB/s copy assumed in
 the NOTES; H200: about 4.3 TB/s copied by torch on one such machine here, the device README's KINDS
@@ -47,9 +49,12 @@ DTYPE_BYTES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
 DTYPE_NAMES = {"float": "f32", "__half": "f16", "__nv_bfloat16": "bf16"}
 ACTIVATIONS = {"0": "relu", "1": "gelu_erf", "2": "gelu_tanh"}
 
+# mufu_per_clock: MUFU results a clock an SM (rcp, ex2, ...), 16 for compute capability 9.0 in the
+# CUDA C++ Programming Guide's arithmetic throughput table, an eighth of the FFMA rate: a path can
+# be bound by its MUFU operations before its issue slots run out.
 DEVICES = {
-    "H100": {"copy_tbs": 3.0, "sms": 132, "clock_ghz": 1.98},
-    "H200": {"copy_tbs": 4.3, "sms": 132, "clock_ghz": 1.98},
+    "H100": {"copy_tbs": 3.0, "sms": 132, "clock_ghz": 1.98, "mufu_per_clock": 16},
+    "H200": {"copy_tbs": 4.3, "sms": 132, "clock_ghz": 1.98, "mufu_per_clock": 16},
 }
 
 
@@ -97,11 +102,12 @@ class Path:
         self.wide_loads = 0  # 16-byte global loads
         self.wide_stores = 0  # 16-byte global stores
         self.narrow = 0  # global accesses narrower than 16 bytes
+        self.mufu = 0  # MUFU operations (rcp, ex2, ...): the special-function unit, an eighth of FFMA's rate
         self.loop = False  # holds a loop of its own (a backward branch)
         self.trace = []  # the (address, text) counted, for --trace
 
     def add(self, other):
-        for key in ("count", "wide_loads", "wide_stores", "narrow"):
+        for key in ("count", "wide_loads", "wide_stores", "narrow", "mufu"):
             setattr(self, key, getattr(self, key) + getattr(other, key))
         self.loop = self.loop or other.loop
         self.trace.extend(other.trace)
@@ -133,6 +139,8 @@ def walk(instructions, index, start, stop):
             continue
         path.count += 1
         path.trace.append((address, text))
+        if op.startswith("MUFU"):
+            path.mufu += 1
         if op.startswith("BSSY"):
             target = re.search(r"0x([0-9a-f]+)", text)
             if target:
@@ -258,7 +266,7 @@ def main():
                 if path.wide_loads > 0 and not path.narrow and not path.loop:
                     candidates.append(path)
             if not candidates:
-                rows.append((what, DTYPE_NAMES[dtype], mask, None, None, {}))
+                rows.append((what, DTYPE_NAMES[dtype], mask, None, None, None, {}))
                 continue
             # The row loop: the one whose vector path moves the most (the unrolled rows).
             best = max(candidates, key=lambda path: (path.wide_loads, path.count))
@@ -271,31 +279,37 @@ def main():
             rows_per_iteration = stores if stores else loads // inputs
             elements = rows_per_iteration * k
             per_element = count / elements
+            mufu_per_element = best.mufu / elements
             minimal = MINIMAL_ELEMENTS.get(key, inputs + (1 if stores else 0)) * DTYPE_BYTES[dtype]
             verdicts = {}
             for device, c in devices.items():
                 issue_rate = 4 * 32 * c["sms"] * c["clock_ghz"] * 1e9
+                mufu_rate = c["mufu_per_clock"] * c["sms"] * c["clock_ghz"] * 1e9
                 elements_per_s = c["copy_tbs"] * 1e12 / minimal
-                verdicts[device] = per_element * elements_per_s / issue_rate
-            rows.append((what, DTYPE_NAMES[dtype], mask, per_element, minimal, verdicts))
+                verdicts[device] = (per_element * elements_per_s / issue_rate,
+                                    mufu_per_element * elements_per_s / mufu_rate)
+            rows.append((what, DTYPE_NAMES[dtype], mask, per_element, mufu_per_element, minimal, verdicts))
 
     rows.sort(key=lambda r: (r[0], r[1], not r[2]))
-    header = "| kernel | dtype | dropout | instr / element | minimal B / element | " + " | ".join(
-        f"{d} issue / memory" for d in devices) + " |"
-    lines = [header, "|" + "---|" * (5 + len(devices))]
-    for what, dtype, mask, per_element, minimal, verdicts in rows:
+    header = ("| kernel | dtype | dropout | instr / element | MUFU / element | minimal B / element | " +
+              " | ".join(f"{d} issue / memory" for d in devices) + " | " +
+              " | ".join(f"{d} MUFU / memory" for d in devices) + " |")
+    lines = [header, "|" + "---|" * (6 + 2 * len(devices))]
+    for what, dtype, mask, per_element, mufu_per_element, minimal, verdicts in rows:
         if per_element is None:
-            lines.append(f"| {what} | {dtype} | {'yes' if mask else 'no'} | no vector loop found | | " +
-                         " | ".join("" for _ in devices) + " |")
+            lines.append(f"| {what} | {dtype} | {'yes' if mask else 'no'} | no vector loop found | | | " +
+                         " | ".join("" for _ in range(2 * len(devices))) + " |")
             continue
         cells = []
-        for device in devices:
-            ratio = verdicts[device]
-            cells.append(f"{ratio:.2f}" + (f" (≤ {100 / ratio:.0f} % of copy)" if ratio > 1 else ""))
-        lines.append(f"| {what} | {dtype} | {'yes' if mask else 'no'} | {per_element:.1f} | {minimal} | " +
-                     " | ".join(cells) + " |")
-    constants = "; ".join(f"{d}: copy {c['copy_tbs']} TB/s, {c['sms']:.0f} SMs, {c['clock_ghz']} GHz"
-                          for d, c in devices.items())
+        for part in (0, 1):  # the issue ratios, then the MUFU ratios; the larger one caps the kernel
+            for device in devices:
+                ratio = verdicts[device][part]
+                bound = max(verdicts[device]) == ratio and ratio > 1
+                cells.append(f"{ratio:.2f}" + (f" (≤ {100 / ratio:.0f} % of copy)" if bound else ""))
+        lines.append(f"| {what} | {dtype} | {'yes' if mask else 'no'} | {per_element:.1f} | "
+                     f"{mufu_per_element:.2f} | {minimal} | " + " | ".join(cells) + " |")
+    constants = "; ".join(f"{d}: copy {c['copy_tbs']} TB/s, {c['sms']:.0f} SMs, {c['clock_ghz']} GHz, "
+                          f"{c['mufu_per_clock']:.0f} MUFU results a clock an SM" for d, c in devices.items())
     text = "\n".join(lines) + f"\n\n({constants}; issue 4 warp instructions a clock an SM.)\n"
     print(text, end="")
     if args.markdown:

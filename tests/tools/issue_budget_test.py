@@ -1,7 +1,8 @@
 """tools/issue_budget.py on a SASS listing shaped like a row-tiled kernel's row loop: the walk takes
 the vector path at every branch (the 16-byte load over the element loads, the aligned keep bits
 over the general loop, the store over its skip), counts predicated instructions, and the table
-gives the instructions per element and the issue/memory ratio from them."""
+gives the instructions per element, the MUFU operations per element and the issue/memory and
+MUFU/memory ratios from them, the larger of the two marked as the cap."""
 import os
 import sys
 import unittest
@@ -34,7 +35,7 @@ BODY = [
     "@!P1 BRA 0x1c0",                         # 0x1d0
     "BRA 0x220",                              # 0x1e0
     "NOP",                                    # 0x1f0
-    "LOP3.LUT R10, R10, R11, RZ, 0x96, !PT",  # 0x200 aligned
+    "MUFU.EX2 R10, R11",                      # 0x200 aligned (a MUFU operation: its own ratio)
     "@P2 FSEL R12, RZ, R13, !P3",             # 0x210 predicated: counted
     "BSYNC B0",                               # 0x220
     "NOP",                                    # 0x230 not counted
@@ -69,6 +70,7 @@ class IssueBudget(ToolTest):
         path = issue_budget.vector_path(instructions, (0x100, 0x270))
         self.assertEqual(path.count, VECTOR_PATH)
         self.assertEqual((path.wide_loads, path.wide_stores, path.narrow, path.loop), (1, 1, 0, False))
+        self.assertEqual(path.mufu, 1)
         self.assertNotIn(0x130, [address for address, _ in path.trace])  # the element load
         self.assertNotIn(0x190, [address for address, _ in path.trace])  # the general keep bits
 
@@ -79,10 +81,34 @@ class IssueBudget(ToolTest):
         row = [line for line in result.stdout.splitlines() if "FusedForward/relu" in line]
         self.assertEqual(len(row), 1, result.stdout)
         cells = [cell.strip() for cell in row[0].split("|")]
-        self.assertEqual(cells[2:6], ["bf16", "yes", f"{VECTOR_PATH / 8:.1f}", "4"])
+        self.assertEqual(cells[2:7], ["bf16", "yes", f"{VECTOR_PATH / 8:.1f}", f"{1 / 8:.2f}", "4"])
         # H200 by default: 1.75 instructions an element x 4.3e12 / 4 B / (4 x 32 x 132 x 1.98e9).
         ratio = VECTOR_PATH / 8 * 4.3e12 / 4 / (4 * 32 * 132 * 1.98e9)
-        self.assertEqual(cells[7], f"{ratio:.2f}")
+        self.assertEqual(cells[8], f"{ratio:.2f}")
+        # Its MUFU ratio: 1/8 an element x 4.3e12 / 4 B / (16 x 132 x 1.98e9).
+        mufu_ratio = 1 / 8 * 4.3e12 / 4 / (16 * 132 * 1.98e9)
+        self.assertEqual(cells[10], f"{mufu_ratio:.2f}")
+
+    def test_the_larger_ratio_caps_the_kernel(self):
+        # At 100 TB/s the issue ratio (1.75 an element against 128 a clock) passes 1 and caps the
+        # kernel; the MUFU ratio (1/8 against 16) stays below it and is not marked.
+        result = self.run_tool(self.write("bias_act_dropout.sass", listing()), "--h200-copy-tbs", "100")
+        row = [line for line in result.stdout.splitlines() if "FusedForward/relu" in line][0]
+        cells = [cell.strip() for cell in row.split("|")]
+        ratio = VECTOR_PATH / 8 * 100e12 / 4 / (4 * 32 * 132 * 1.98e9)
+        self.assertEqual(cells[8], f"{ratio:.2f} (≤ {100 / ratio:.0f} % of copy)")
+        self.assertNotIn("% of copy", cells[10])
+        # With three MUFU operations on the path (the predicated select and the compare made MUFU
+        # too) the MUFU ratio is the larger, and the cap moves to it.
+        text = listing().replace("@P2 FSEL R12, RZ, R13, !P3", "@P2 MUFU.RCP R12, R13")
+        text = text.replace("ISETP.GE.AND P0, PT, R4, R5, PT", "MUFU.EX2 R4, R5")
+        result = self.run_tool(self.write("bias_act_dropout.sass", text), "--h200-copy-tbs", "100")
+        row = [line for line in result.stdout.splitlines() if "FusedForward/relu" in line][0]
+        cells = [cell.strip() for cell in row.split("|")]
+        mufu_ratio = 3 / 8 * 100e12 / 4 / (16 * 132 * 1.98e9)
+        self.assertEqual(cells[5], f"{3 / 8:.2f}")
+        self.assertEqual(cells[10], f"{mufu_ratio:.2f} (≤ {100 / mufu_ratio:.0f} % of copy)")
+        self.assertEqual(cells[8], f"{ratio:.2f}")
 
     def test_a_missing_object_is_an_error_naming_it(self):
         result = self.run_tool(os.path.join(self.dir, "nothing.sass"))
