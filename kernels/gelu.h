@@ -76,10 +76,11 @@ constexpr float kTanhA3 = static_cast<float>(-2.0 * kSqrt2OverPi * kTanhCoeff * 
 constexpr float kTanhV1 = static_cast<float>(2.0 * kSqrt2OverPi);
 constexpr float kTanhV3 = static_cast<float>(2.0 * kSqrt2OverPi * 3.0 * kTanhCoeff);
 // erf form: s = |z| kErfS (s² = z²/2 log2 e), 1 + κ t = 1 + s kErfKappaS.
-constexpr float kErfS = 0.84932180028801904272f;                                      // √(log2(e) / 2)
-constexpr double kGeluErfKappa = 0.38;                                                // κ, the fit's
-constexpr float kErfKappaS = static_cast<float>(kGeluErfKappa / 1.2011224087864498);  // κ / √(log2 e)
-constexpr float kLog2InvSqrt2Pi = -1.3257480647361593991f;                            // log2(1/√(2π))
+constexpr double kSqrtLog2E = 1.2011224087864498;                             // √(log2 e)
+constexpr float kErfS = static_cast<float>(kSqrtLog2E / 1.4142135623730951);  // √(log2(e) / 2)
+constexpr double kGeluErfKappa = 0.38;                                        // κ, the fit's
+constexpr float kErfKappaS = static_cast<float>(kGeluErfKappa / kSqrtLog2E);  // κ / √(log2 e)
+constexpr float kLog2InvSqrt2Pi = -1.3257480647361593991f;                    // log2(1/√(2π))
 // P(τ) = Σ kGeluErfP<k> τ^k, tools/fit_gelu_erf.py: κ 0.38, t in [0, 9.3]; 0.73 u_f32 relative
 // in h in exact arithmetic, 4.0 u as evaluated here in float Horner steps. Scalars, not an array:
 // a constexpr array is not usable in device code.
