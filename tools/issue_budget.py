@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Instructions per element of the row-tiled dropout kernels' vector loop, against the issue rate.
+"""Instructions per element of the dropout kernels' vector loops, against the issue rate.
 
 A memory-bound kernel reaches the copy bandwidth only if its SMs can issue its instructions as fast
 as the memory delivers its elements. This reads the SASS of the bias families' row-tiled kernels
 (kernels/dropout_mask.h row_tile_kernel: bias + activation + dropout, bias + dropout + residual),
-walks the vector path through each instance's row loop (at every conditional branch the way with
-no access narrower than 16 bytes and no loop of its own, then the one with more 16-byte accesses,
-then the longer: the path that moves the data at every shape the operator suite times; predicated
-instructions count, as they issue either way), counts its instructions per element, and sets them
-against what the memory asks for:
+and the embedding kernels that stream a row per token (the forward, the atomic backward, the
+sorted backward's window kernel; kernels/embedding.cu), walks the vector path through each
+instance's row loop (at every conditional branch the way with no access narrower than 16 bytes
+and no loop of its own, then the one with more 16-byte accesses, then the longer: the path that
+moves the data at every shape the operator suite times; predicated instructions count, as they
+issue either way), counts its instructions per element, and sets them against what the memory
+asks for:
 
     ratio = instructions per element x elements per second at the copy bandwidth / issue rate
 
@@ -26,10 +28,10 @@ table; both 132 SMs at a 1.98 GHz boost clock). Override them per device: --h100
 
     tools/issue_budget.py OBJECT.o... [--cuobjdump PATH] [--markdown FILE]   (or saved FILE.sass)
 
-OBJECT: kernels/CMakeFiles/seqbench_kernels.dir/{bias_act_dropout,bias_dropout_residual}.cu.o of
-a build (any preset with sm_90 code). cuobjdump (and the nvdisasm it calls) must be on PATH or
-given; the GPU image has both; elsewhere the nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels
-carry them. Standard library only.
+OBJECT: kernels/CMakeFiles/seqbench_kernels.dir/{bias_act_dropout,bias_dropout_residual,embedding}.cu.o
+of a build (any preset with sm_90 code; the family comes from the file name). cuobjdump (and the
+nvdisasm it calls) must be on PATH or given; the GPU image has both; elsewhere the
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels carry them. Standard library only.
 """
 import argparse
 import os
@@ -41,8 +43,10 @@ import sys
 FUNCTION = re.compile(r"Function : (\S+)")
 INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 PREDICATE = r"@!?U?P\w+\s+"  # an instruction's guard, "@P0 " or "@!UP1 "
-# A branch to an address: group 1 its guard (None when unconditional), group 2 the target.
-BRANCH = re.compile(rf"^({PREDICATE})?BRA(?:\.\w+)*\s+0x([0-9a-f]+)")
+# A branch to an address: group 1 its guard, group 2 its predicate operands (the condition is the
+# guard and them: "@P2 BRA P1, 0x9c0", "BRA.U !UP0, 0x..."), group 3 the target. Unconditional
+# when it has neither.
+BRANCH = re.compile(rf"^({PREDICATE})?BRA(?:\.\w+)*\s+((?:!?U?P\w+\s*,\s*)*)0x([0-9a-f]+)")
 ACCESS = re.compile(r"^(LDG|STG|RED|ATOMG)\b")
 WIDTHS = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
 DTYPE_BYTES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
@@ -89,8 +93,8 @@ def loops(instructions):
     found = []
     for address, text in instructions:
         match = BRANCH.match(text)
-        if match and int(match.group(2), 16) < address:
-            found.append((int(match.group(2), 16), address))
+        if match and int(match.group(3), 16) < address:
+            found.append((int(match.group(3), 16), address))
     return found
 
 
@@ -155,11 +159,11 @@ def walk(instructions, index, start, stop):
                 path.wide_stores += 1
         branch = BRANCH.match(text)
         if branch:
-            target = int(branch.group(2), 16)
+            target = int(branch.group(3), 16)
             if target <= address:
                 path.loop = True  # a loop inside the stretch: not the vector path
                 return path
-            if branch.group(1) is None:  # unconditional: jump
+            if branch.group(1) is None and not branch.group(2):  # unconditional: jump
                 if target >= stop:
                     return path
                 i = index.get(target)
@@ -195,7 +199,12 @@ def demangle(names):
 
 
 def describe(demangled, family):
-    """(dtype, inputs, mask, reduce, in_place, what) of a row_tile_kernel instance, or None."""
+    """(dtype, inputs, mask, reduce, in_place, what) of a row_tile_kernel instance or of an embedding
+    kernel (one per launch variant: the nonpad_count instances, the same loop as the slot ones,
+    are skipped as in-place rows are), or None."""
+    embedding = describe_embedding(demangled)
+    if embedding:
+        return embedding
     match = re.search(r"row_tile_kernel<(\w+), (\d), (true|false), (true|false), (true|false), (true|false), (.*)>\(",
                       demangled)
     if not match:
@@ -209,6 +218,28 @@ def describe(demangled, family):
     return dtype, int(inputs), mask == "true", reduce_ == "true", in_place == "true", f"{family}:{name}"
 
 
+POSITION_SOURCES = {"0": "learned", "1": "sinusoid_table", "2": "sinusoid_computed"}
+
+
+def describe_embedding(demangled):
+    """The kernels/embedding.cu kernels that stream a row per token (always with dropout): the
+    forward, the atomic backward and the sorted backward's window kernel. Their vector loop moves
+    one dy or y vector per element group, so each counts as one input."""
+    match = re.search(r"embedding_fwd_kernel<(\w+), \([\w:() ]*?PositionSource\)(\d), (true|false)>\(", demangled)
+    if match:
+        dtype, source, nonpad = match.groups()
+        return dtype, 1, True, False, nonpad == "true", f"embedding:Forward/{POSITION_SOURCES.get(source, source)}"
+    match = re.search(r"embedding_bwd_atomic_kernel<(\w+), (true|false), (true|false)>\(", demangled)
+    if match:
+        dtype, learned, nonpad = match.groups()
+        positions = "learned" if learned == "true" else "sinusoidal"
+        return dtype, 1, True, False, nonpad == "true", f"embedding:BackwardAtomic/{positions}"
+    match = re.search(r"embedding_window_kernel<(\w+)>\(", demangled)
+    if match:
+        return match.group(1), 1, True, False, False, "embedding:BackwardSortedWindow"
+    return None
+
+
 # Minimal bytes per element, in elements of T, of each fused op (suites/operators, issue #3):
 # inputs read once and outputs written once (the bias and the column partials are per column).
 MINIMAL_ELEMENTS = {
@@ -217,6 +248,15 @@ MINIMAL_ELEMENTS = {
     "bias_dropout_residual:FusedForward": 3,  # x, residual, y
     "bias_dropout_residual:FusedBackward": 2,  # dy, dx
 }
+# The embedding kernels, per element of y (forward) or dy (backwards): that element, and the
+# distinct-row share of a token-table row (the forward reads each distinct row once, a repeat
+# coming from L2; the backwards write each row with a gradient once). The position rows and the
+# sinusoid table are L2-resident (L rows against B·L tokens), and the backward's zero fill of the
+# rows without a gradient is another kernel's (or another block's) work, so neither is counted.
+# The distinct share of the operator suite's 16384 x 1024 uniform case: 11825 distinct rows among
+# 14734 non-padding tokens (kernels/NOTES-cross-entropy-embedding-qkv.md), --embedding-distinct.
+EMBEDDING_DISTINCT = 11825 / 14734
+EMBEDDING_KERNELS = ("embedding:Forward", "embedding:BackwardAtomic", "embedding:BackwardSortedWindow")
 
 
 def main():
@@ -225,6 +265,9 @@ def main():
     parser.add_argument("--cuobjdump", default=None)
     parser.add_argument("--markdown", default=None)
     parser.add_argument("--all", action="store_true", help="also the unfused baselines' instances")
+    parser.add_argument("--embedding-distinct", type=float, default=EMBEDDING_DISTINCT,
+                        help="distinct token rows per non-padding token, for the embedding kernels' "
+                             f"minimal bytes (default {EMBEDDING_DISTINCT:.3f})")
     parser.add_argument("--trace", default=None, metavar="REGEX",
                         help="print the counted path of the instances whose name matches")
     for device, values in DEVICES.items():
@@ -256,7 +299,7 @@ def main():
                 continue
             dtype, inputs, mask, reduce_, in_place, what = info
             key = re.sub(r"/.*", "", what)
-            if key not in MINIMAL_ELEMENTS and not args.all:
+            if key not in MINIMAL_ELEMENTS and key not in EMBEDDING_KERNELS and not args.all:
                 continue
             if in_place:
                 continue  # the same loop as the out-of-place instance, less the read-only loads
@@ -280,7 +323,10 @@ def main():
             elements = rows_per_iteration * k
             per_element = count / elements
             mufu_per_element = best.mufu / elements
-            minimal = MINIMAL_ELEMENTS.get(key, inputs + (1 if stores else 0)) * DTYPE_BYTES[dtype]
+            if key in EMBEDDING_KERNELS:
+                minimal = (1 + args.embedding_distinct) * DTYPE_BYTES[dtype]
+            else:
+                minimal = MINIMAL_ELEMENTS.get(key, inputs + (1 if stores else 0)) * DTYPE_BYTES[dtype]
             verdicts = {}
             for device, c in devices.items():
                 issue_rate = 4 * 32 * c["sms"] * c["clock_ghz"] * 1e9
@@ -307,7 +353,7 @@ def main():
                 bound = max(verdicts[device]) == ratio and ratio > 1
                 cells.append(f"{ratio:.2f}" + (f" (≤ {100 / ratio:.0f} % of copy)" if bound else ""))
         lines.append(f"| {what} | {dtype} | {'yes' if mask else 'no'} | {per_element:.1f} | "
-                     f"{mufu_per_element:.2f} | {minimal} | " + " | ".join(cells) + " |")
+                     f"{mufu_per_element:.2f} | {minimal:.3g} | " + " | ".join(cells) + " |")
     constants = "; ".join(f"{d}: copy {c['copy_tbs']} TB/s, {c['sms']:.0f} SMs, {c['clock_ghz']} GHz, "
                           f"{c['mufu_per_clock']:.0f} MUFU results a clock an SM" for d, c in devices.items())
     text = "\n".join(lines) + f"\n\n({constants}; issue 4 warp instructions a clock an SM.)\n"

@@ -2,7 +2,8 @@
 the vector path at every branch (the 16-byte load over the element loads, the aligned keep bits
 over the general loop, the store over its skip), counts predicated instructions, and the table
 gives the instructions per element, the MUFU operations per element and the issue/memory and
-MUFU/memory ratios from them, the larger of the two marked as the cap."""
+MUFU/memory ratios from them, the larger of the two marked as the cap. A branch with a predicate
+operand ("@P2 BRA P1, 0x...") is conditional; the embedding kernels get rows of their own."""
 import os
 import sys
 import unittest
@@ -109,6 +110,41 @@ class IssueBudget(ToolTest):
         self.assertEqual(cells[5], f"{3 / 8:.2f}")
         self.assertEqual(cells[10], f"{mufu_ratio:.2f} (≤ {100 / mufu_ratio:.0f} % of copy)")
         self.assertEqual(cells[8], f"{ratio:.2f}")
+
+    def test_a_branch_with_a_predicate_operand_is_conditional(self):
+        # ptxas writes some branches with a second condition as an operand: "@P6 BRA P1, 0x150" is
+        # taken when P6 and P1 hold. Read as anything but a conditional branch, the walk would miss
+        # the vector load behind it (or fall through into the element path and count both).
+        text = listing().replace("@P6 BRA 0x150", "@P6 BRA P1, 0x150")
+        instructions = issue_budget.parse_sass(text)[NAME]
+        path = issue_budget.vector_path(instructions, (0x100, 0x270))
+        self.assertEqual(path.count, VECTOR_PATH)
+        self.assertEqual((path.wide_loads, path.narrow), (1, 0))
+        self.assertNotIn(0x130, [address for address, _ in path.trace])
+        # With no guard at all it is conditional all the same: "BRA !P0, 0x260" skips the store only
+        # when P0 is clear, so the vector path still holds the store (taken as a jump, it would not).
+        text = listing().replace("@!P0 BRA 0x260", "BRA !P0, 0x260")
+        path = issue_budget.vector_path(issue_budget.parse_sass(text)[NAME], (0x100, 0x270))
+        self.assertEqual((path.count, path.wide_loads, path.wide_stores), (VECTOR_PATH, 1, 1))
+
+    def test_the_embedding_kernels_get_rows_of_their_own(self):
+        # The same loop under the bf16 forward's name (learned positions, slot indexing): one store
+        # of 8 elements an iteration, minimal bytes (1 + the distinct share) x 2.
+        forward = ("_ZN8seqbench7kernels12_GLOBAL__N_120embedding_fwd_kernelI13__nv_bfloat16LNS1_"
+                   "14PositionSourceE0ELb0EEEvNS1_7FwdArgsIT_EE")
+        result = self.run_tool(self.write("embedding.sass", listing().replace(NAME, forward)),
+                               "--embedding-distinct", "0.5")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        row = [line for line in result.stdout.splitlines() if "embedding:Forward/learned" in line]
+        self.assertEqual(len(row), 1, result.stdout)
+        cells = [cell.strip() for cell in row[0].split("|")]
+        self.assertEqual(cells[2:7], ["bf16", "yes", f"{VECTOR_PATH / 8:.1f}", f"{1 / 8:.2f}", "3"])
+        ratio = VECTOR_PATH / 8 * 4.3e12 / 3 / (4 * 32 * 132 * 1.98e9)
+        self.assertEqual(cells[8], f"{ratio:.2f}")
+        # Its nonpad_count twin is the same loop and gets no row.
+        twin = forward.replace("ELb0EEEvNS1_7FwdArgs", "ELb1EEEvNS1_7FwdArgs")
+        result = self.run_tool(self.write("embedding.sass", listing().replace(NAME, twin)))
+        self.assertNotIn("embedding:", result.stdout)
 
     def test_a_missing_object_is_an_error_naming_it(self):
         result = self.run_tool(os.path.join(self.dir, "nothing.sass"))
