@@ -254,16 +254,85 @@ struct FwdArgs {
   DrawThreshold keep;  // draw_threshold(dropout p)
   float keep_scale = 1.0f;
   std::uint64_t seed = 0, offset = 0;
-  bool vector_path = false;   // H % K == 0 and y and the tables 16-byte aligned
-  bool table_vector = false;  // the sinusoid table 16-byte aligned (the workspace need only be 8)
+  bool vector_path = false;  // H % K == 0 and y and the tables (the sinusoid table too) 16-byte aligned
 };
+
+constexpr int kFwdMinBlocks = 2;  // embedding_fwd_kernel's launch bound (see there)
 
 // A lane's vectors per step: all loads of a step are issued before any use (H <= 4·32·K, i.e.
 // 512 fp32 or 1024 16-bit columns, is a single step).
 constexpr int kUnroll = 4;
 
+// The row of a valid token (not padding, id in [0, vocab)): y = (token row · scale + position
+// row) ⊙ keep · keep_scale, a lane's vectors K·lane + 32·K·j. kWhole: the vector path
+// (a.vector_path: H % K == 0 and the tensors 16-byte aligned), where every vector of the row is
+// whole, so its loads, keep bits and store take their 16-byte forms with no per-vector test; the
+// other instance decides each vector by its count. One instance a path, and the padding and
+// invalid rows left to the caller, so that the step ptxas schedules is the straight line the data
+// takes. When one body chose per vector, its vector path ran 28.3 instructions an element (bf16,
+// sinusoid table) against 18.9 now: zeroed and NaN-filled registers, 64-bit counts and branch
+// regions a vector, and a predicated scalar twin of each table load (tools/issue_budget.py; nvcc
+// 13.0, sm_90). A function with __restrict__ parameters, not a lambda over the kernel's restrict
+// locals, so that the token and position rows keep their read-only loads.
+template <class T, PositionSource kSource, bool kWhole>
+__device__ __forceinline__ void embedding_fwd_valid_row(const FwdArgs<T>& a, const Slot& s, const int lane,
+                                                        T* __restrict__ out, const T* __restrict__ tok_row,
+                                                        const T* __restrict__ pos_row,
+                                                        const float* __restrict__ sin_row) {
+  constexpr int K = Packed<T>::kSize;
+  constexpr bool kLearned = kSource == PositionSource::learned;
+  constexpr bool kTable = kSource == PositionSource::sinusoid_table;
+  const std::int64_t hidden = a.hidden;
+  const float position = static_cast<float>(s.position);
+  const auto row_first = static_cast<std::uint64_t>(s.index * hidden);
+  for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
+    // A vector past the row has count 0 and, the vectors being in increasing order, so do the
+    // ones after it; its t and q are never read.
+    float t[kUnroll][K], q[kUnroll][K];
+    int count[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t c0 = base + u * 32 * K;
+      // On the vector path H is a multiple of K, and so is c0: a vector is whole or past the row.
+      count[u] = c0 >= hidden ? 0 : kWhole ? K : static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+      if (count[u] > 0) {
+        load_floats<T, K>(tok_row + c0, t[u], count[u], kWhole);
+        if constexpr (kLearned) load_floats<T, K>(pos_row + c0, q[u], count[u], kWhole);
+        if constexpr (kTable) load_table_floats<K>(sin_row + c0, q[u], count[u], kWhole);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (count[u] == 0) break;  // the later vectors are past the row too
+      const std::int64_t c0 = base + u * 32 * K;
+      if constexpr (kSource == PositionSource::sinusoid_computed) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) q[u][k] = k < count[u] ? sinusoid(position, c0 + k, a.sinusoid) : 0.0f;
+      }
+      // On the vector path first is a multiple of K, hence of 4: K/4 whole Philox groups.
+      const std::uint64_t first = row_first + static_cast<std::uint64_t>(c0);
+      const std::uint32_t keep = kWhole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
+                                        : dropout_keep_bits(a.seed, a.offset, first, count[u], a.keep);
+      float v[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        v[k] = fmaf(t[u][k], a.scale, q[u][k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
+      store_floats<T, K>(out + c0, v, count[u], kWhole);
+    }
+  }
+}
+
+// One warp a token (warp_token()); the row's lanes as in embedding_fwd_valid_row. A padding
+// token's row is zeros; a token outside [0, vocab) gets a row of NaN (never a read out of the
+// table), so that it shows.
+//
+// At least 2 blocks an SM (at most 128 registers): with the row body one instance a path, ptxas
+// (nvcc 13.0, sm_90), left to itself, held the fp32 and the computed-sinusoid instances at 80
+// registers and spilled 8-24 bytes; with the bound the 16-bit ones take 108-128 (2 blocks an SM, as
+// the 97 of the one-body kernel did) and fp32 72-88 (3 or 2 blocks, from 4), no spills. 2 blocks of 8
+// warps keep 32-64 KB of row loads in flight an SM (16 B x 4 a lane a tensor).
 template <class T, PositionSource kSource, bool kNonpad>
-__global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, kFwdMinBlocks) embedding_fwd_kernel(const FwdArgs<T> a) {
   constexpr int K = Packed<T>::kSize;
   constexpr bool kLearned = kSource == PositionSource::learned;
   constexpr bool kTable = kSource == PositionSource::sinusoid_table;
@@ -271,56 +340,25 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const FwdArgs<T
   if (!s.active) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t hidden = a.hidden;
-  T* __restrict__ out = a.y + s.index * hidden;
-  const T* __restrict__ tok_row = a.token_table + static_cast<std::int64_t>(s.valid ? s.token : 0) * hidden;
-  const T* __restrict__ pos_row = kLearned ? a.position_table + s.position * hidden : nullptr;
-  const float* __restrict__ sin_row =
-      kTable ? a.sinusoid_table + (s.position - a.position_offset) * hidden : nullptr;
-  const float position = static_cast<float>(s.position);
-  for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
-    float t[kUnroll][K], q[kUnroll][K];
-    int count[kUnroll];
+  T* const out = a.y + s.index * hidden;
+  if (!s.valid) {
+    float fill[K];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t c0 = base + u * 32 * K;
-      count[u] = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
-      const bool whole = a.vector_path && count[u] == K;
-      if (s.valid && count[u] > 0) {
-        load_floats<T, K>(tok_row + c0, t[u], count[u], whole);
-        if constexpr (kLearned) load_floats<T, K>(pos_row + c0, q[u], count[u], whole);
-        if constexpr (kTable) load_table_floats<K>(sin_row + c0, q[u], count[u], whole && a.table_vector);
-      } else {
-#pragma unroll
-        for (int k = 0; k < K; ++k) t[u][k] = q[u][k] = 0.0f;
-      }
+    for (int k = 0; k < K; ++k) fill[k] = s.padding ? 0.0f : __int_as_float(0x7fc00000);  // quiet NaN
+    for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
+      const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+      store_floats<T, K>(out + c0, fill, count, a.vector_path && count == K);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (count[u] == 0) break;  // the later vectors are past the row too
-      const std::int64_t c0 = base + u * 32 * K;
-      const bool whole = a.vector_path && count[u] == K;
-      float v[K];
-      if (s.padding) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) v[k] = 0.0f;
-      } else if (!s.valid) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) v[k] = __int_as_float(0x7fc00000);  // quiet NaN
-      } else {
-        if constexpr (kSource == PositionSource::sinusoid_computed) {
-#pragma unroll
-          for (int k = 0; k < K; ++k) q[u][k] = k < count[u] ? sinusoid(position, c0 + k, a.sinusoid) : 0.0f;
-        }
-        const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-        const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
-                                         : dropout_keep_bits(a.seed, a.offset, first, count[u], a.keep);
-#pragma unroll
-        for (int k = 0; k < K; ++k)
-          v[k] = fmaf(t[u][k], a.scale, q[u][k]) * (((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f);
-      }
-      store_floats<T, K>(out + c0, v, count[u], whole);
-    }
+    return;
   }
+  const T* const tok_row = a.token_table + static_cast<std::int64_t>(s.token) * hidden;
+  const T* const pos_row = kLearned ? a.position_table + s.position * hidden : nullptr;
+  const float* const sin_row =
+      kTable ? a.sinusoid_table + (s.position - a.position_offset) * hidden : nullptr;
+  if (a.vector_path)
+    embedding_fwd_valid_row<T, kSource, true>(a, s, lane, out, tok_row, pos_row, sin_row);
+  else
+    embedding_fwd_valid_row<T, kSource, false>(a, s, lane, out, tok_row, pos_row, sin_row);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -357,54 +395,64 @@ struct BwdArgs {
 // At least 3 blocks an SM (at most 85 registers): left to itself, ptxas (nvcc 13.0, sm_90) gave the
 // 16-bit sinusoidal instances 64 registers and an 8-byte spill once their adds became vector
 // reductions, and the 16-bit learned one 126 registers (2 blocks an SM); with the bound they take
-// 68 and 74, no spills. 3 blocks of 8 warps keep 48 KB of dy loads in flight an SM (16 B x 4 a
-// lane), several times what the copy rate needs.
+// 72 and 80 (since the row body is one instance a path), no spills. 3 blocks of 8 warps keep 48 KB
+// of dy loads in flight an SM (16 B x 4 a lane), several times what the copy rate needs.
 constexpr int kBwdAtomicMinBlocks = 3;
 
-template <class T, bool kLearned, bool kNonpad>
-__global__ void __launch_bounds__(kThreads, kBwdAtomicMinBlocks)
-    embedding_bwd_atomic_kernel(const BwdArgs<T> a) {
+// The row of a valid token: tok_row += scale · (dy ⊙ keep · keep_scale) (and pos_row += the
+// unscaled term), a lane's vectors as in the forward. kWhole: the vector path, every vector whole
+// (one instance a path, for the forward's reason: embedding_fwd_valid_row).
+template <class T, bool kLearned, bool kWhole>
+__device__ __forceinline__ void embedding_bwd_atomic_row(const BwdArgs<T>& a, const Slot& s, const int lane,
+                                                         const T* __restrict__ dy, T* tok_row, T* pos_row) {
   constexpr int K = Packed<T>::kSize;
-  const Slot s = token_slot<kNonpad>(a.tile, warp_token());
-  if (!s.valid) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t hidden = a.hidden;
-  const T* __restrict__ dy = a.dy + s.index * hidden;
-  T* tok_row = a.d_token_table + static_cast<std::int64_t>(s.token) * hidden;
-  T* pos_row = kLearned ? a.d_position_table + s.position * hidden : nullptr;
+  const auto row_first = static_cast<std::uint64_t>(s.index * hidden);
   for (std::int64_t base = static_cast<std::int64_t>(lane) * K; base < hidden; base += kUnroll * 32 * K) {
-    // All of the step's dy loads first, then the atomics.
+    // All of the step's dy loads first, then the atomics. A vector past the row has count 0, as
+    // have the ones after it; its g is never read.
     float g[kUnroll][K];
     int count[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::int64_t c0 = base + u * 32 * K;
-      count[u] = c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
-      if (count[u] > 0) {
-        load_floats<T, K>(dy + c0, g[u], count[u], a.vector_path && count[u] == K);
-      } else {
-#pragma unroll
-        for (int k = 0; k < K; ++k) g[u][k] = 0.0f;
-      }
+      count[u] = c0 >= hidden ? 0 : kWhole ? K : static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+      if (count[u] > 0) load_floats<T, K>(dy + c0, g[u], count[u], kWhole);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (count[u] == 0) break;  // the later vectors are past the row too
       const std::int64_t c0 = base + u * 32 * K;
-      const bool whole = a.vector_path && count[u] == K;
-      const auto first = static_cast<std::uint64_t>(s.index * hidden + c0);
-      const std::uint32_t keep = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
-                                       : dropout_keep_bits(a.seed, a.offset, first, count[u], a.keep);
+      const std::uint64_t first = row_first + static_cast<std::uint64_t>(c0);
+      const std::uint32_t keep = kWhole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
+                                        : dropout_keep_bits(a.seed, a.offset, first, count[u], a.keep);
       float sg[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         g[u][k] *= ((keep >> k) & 1u) != 0 ? a.keep_scale : 0.0f;
         sg[k] = a.scale * g[u][k];
       }
-      atomic_add_floats<T, K>(tok_row + c0, sg, count[u], whole);
-      if constexpr (kLearned) atomic_add_floats<T, K>(pos_row + c0, g[u], count[u], whole);
+      atomic_add_floats<T, K>(tok_row + c0, sg, count[u], kWhole);
+      if constexpr (kLearned) atomic_add_floats<T, K>(pos_row + c0, g[u], count[u], kWhole);
     }
   }
+}
+
+// One warp a token; padding and invalid tokens send no gradient.
+template <class T, bool kLearned, bool kNonpad>
+__global__ void __launch_bounds__(kThreads, kBwdAtomicMinBlocks)
+    embedding_bwd_atomic_kernel(const BwdArgs<T> a) {
+  const Slot s = token_slot<kNonpad>(a.tile, warp_token());
+  if (!s.valid) return;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t hidden = a.hidden;
+  const T* const dy = a.dy + s.index * hidden;
+  T* const tok_row = a.d_token_table + static_cast<std::int64_t>(s.token) * hidden;
+  T* const pos_row = kLearned ? a.d_position_table + s.position * hidden : nullptr;
+  if (a.vector_path)
+    embedding_bwd_atomic_row<T, kLearned, true>(a, s, lane, dy, tok_row, pos_row);
+  else
+    embedding_bwd_atomic_row<T, kLearned, false>(a, s, lane, dy, tok_row, pos_row);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -597,49 +645,23 @@ __device__ __forceinline__ void zero_rows(const ChunkArgs<T>& a, std::int64_t ze
   }
 }
 
-// Blocks an SM the window kernel asks for. ptxas (nvcc 13.0, sm_90), left to itself, gave the
-// fp32 instance 71 registers (3 blocks an SM; 61 and 4 blocks before the zero blocks joined the
-// grid) and the 16-bit ones 92 (2 blocks); with these bounds they take 61 and 87, no spills.
-template <class T>
-constexpr int kWindowMinBlocks = sizeof(T) == 4 ? 4 : 2;
-
-// Grid (1D): the first window_blocks · tile_passes blocks reduce, block b taking the windows of
-// block column x = b % window_blocks (warp w: window 8x + w) and the column tiles of 32·K columns
-// b / window_blocks, + tile_passes, ...; the blocks after them zero the rows that no key names
-// (zero_rows), and, coming last in the grid, stream their stores while the reduce
-// warps wait on their dy loads. No __syncthreads.
-template <class T>
-__global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
-    embedding_window_kernel(const ChunkArgs<T> a) {
+// The column tiles of window k (the window kernel's reduce part, below). kWhole: the vector path
+// (a.vector_path), where a lane's columns of a tile are K or none (H % K == 0), so that its
+// loads, keep bits and stores take their 16-byte forms with no per-entry test of the count (one
+// instance a path, as in embedding_fwd_valid_row).
+template <class T, bool kWhole>
+__device__ __forceinline__ void window_tiles(const ChunkArgs<T>& a, const std::int64_t first_tile,
+                                             const std::int64_t k, const int lane, const int size,
+                                             const int used, const std::uint32_t my_key,
+                                             const std::int32_t my_value, const std::uint32_t prev,
+                                             const std::uint32_t next) {
   constexpr int K = Packed<T>::kSize;
   constexpr int kGroup = 4;  // entries whose dy vectors are loaded before they are added
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t block = blockIdx.x, reduce_blocks = a.window_blocks * a.tile_passes;
-  if (block >= reduce_blocks) {
-    zero_rows(a, block - reduce_blocks, static_cast<std::int64_t>(gridDim.x) - reduce_blocks, warp, lane);
-    return;
-  }
-  // 32-bit division (blocks < 2^31): the 64-bit one is a long call sequence that held registers.
-  const auto reduce_block = static_cast<std::uint32_t>(block),
-             columns = static_cast<std::uint32_t>(a.window_blocks);
-  const std::uint32_t first_tile = reduce_block / columns;
-  const std::int64_t k = static_cast<std::int64_t>(reduce_block - first_tile * columns) * kWarps + warp;
-  if (k >= a.windows) return;
-  const std::int64_t j0 = k * kChunk;
-  const int size = static_cast<int>(a.n - j0 < kChunk ? a.n - j0 : kChunk);  // 1 .. kChunk
-  const auto rows = static_cast<std::uint32_t>(a.rows);
-  const std::uint32_t my_key = lane < size ? a.keys[j0 + lane] : kNoKey;
-  const std::int32_t my_value = lane < size ? a.values[j0 + lane] : -1;
-  const std::uint32_t prev = j0 > 0 ? a.keys[j0 - 1] : kNoKey;
-  const std::uint32_t next = j0 + size < a.n ? a.keys[j0 + size] : kNoKey;
-  // Valid keys (< rows) form a prefix of the sorted array: `used` entries of this window.
-  const int used = __popc(__ballot_sync(0xffffffffu, my_key < rows));
-  if (used == 0) return;
   const std::int64_t hidden = a.hidden;
   for (std::int64_t tile = first_tile; tile * (32 * K) < hidden; tile += a.tile_passes) {
     std::int64_t c0 = 0;
-    const int count = tile_columns<K>(tile, lane, hidden, c0);
-    const bool whole = a.vector_path && count == K;
+    int count = tile_columns<K>(tile, lane, hidden, c0);
+    if constexpr (kWhole) count = count > 0 ? K : 0;  // the same value, known to the compiler
     float acc[K];
 #pragma unroll
     for (int c = 0; c < K; ++c) acc[c] = 0.0f;
@@ -655,10 +677,10 @@ __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
         keep[q] = 0;
         if (e < used && i >= 0 && count > 0) {
           const std::int64_t at = static_cast<std::int64_t>(i) * hidden + c0;
-          load_floats<T, K>(a.dy + at, g[q], count, whole);
+          load_floats<T, K>(a.dy + at, g[q], count, kWhole);
           const auto first = static_cast<std::uint64_t>(at);
-          keep[q] = whole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
-                          : dropout_keep_bits(a.seed, a.offset, first, count, a.keep);
+          keep[q] = kWhole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
+                           : dropout_keep_bits(a.seed, a.offset, first, count, a.keep);
         } else {
 #pragma unroll
           for (int c = 0; c < K; ++c) g[q][c] = 0.0f;
@@ -685,10 +707,10 @@ __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
             float out[K];
 #pragma unroll
             for (int c = 0; c < K; ++c) out[c] = a.out_scale * acc[c];
-            store_floats<T, K>(a.grad + static_cast<std::int64_t>(key) * hidden + c0, out, count, whole);
+            store_floats<T, K>(a.grad + static_cast<std::int64_t>(key) * hidden + c0, out, count, kWhole);
           } else {
             const std::int64_t slot = 2 * k + (piece_begin > 0 ? 1 : 0);
-            store_floats<float, K>(a.partial + slot * hidden + c0, acc, count, a.vector_path && count == K);
+            store_floats<float, K>(a.partial + slot * hidden + c0, acc, count, kWhole);
           }
         }
 #pragma unroll
@@ -697,6 +719,48 @@ __global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
       }
     }
   }
+}
+
+// Blocks an SM the window kernel asks for. ptxas (nvcc 13.0, sm_90), left to itself, gave the
+// fp32 instance 71 registers (3 blocks an SM; 61 and 4 blocks before the zero blocks joined the
+// grid) and the 16-bit ones 92 (2 blocks); with these bounds they take 61 and 87, no spills.
+template <class T>
+constexpr int kWindowMinBlocks = sizeof(T) == 4 ? 4 : 2;
+
+// Grid (1D): the first window_blocks · tile_passes blocks reduce, block b taking the windows of
+// block column x = b % window_blocks (warp w: window 8x + w) and the column tiles of 32·K columns
+// b / window_blocks, + tile_passes, ...; the blocks after them zero the rows that no key names
+// (zero_rows), and, coming last in the grid, stream their stores while the reduce
+// warps wait on their dy loads. No __syncthreads.
+template <class T>
+__global__ void __launch_bounds__(kThreads, kWindowMinBlocks<T>)
+    embedding_window_kernel(const ChunkArgs<T> a) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t block = blockIdx.x, reduce_blocks = a.window_blocks * a.tile_passes;
+  if (block >= reduce_blocks) {
+    zero_rows(a, block - reduce_blocks, static_cast<std::int64_t>(gridDim.x) - reduce_blocks, warp, lane);
+    return;
+  }
+  // 32-bit division (blocks < 2^31): the 64-bit one is a long call sequence that held registers.
+  const auto reduce_block = static_cast<std::uint32_t>(block),
+             columns = static_cast<std::uint32_t>(a.window_blocks);
+  const std::uint32_t first_tile = reduce_block / columns;
+  const std::int64_t k = static_cast<std::int64_t>(reduce_block - first_tile * columns) * kWarps + warp;
+  if (k >= a.windows) return;
+  const std::int64_t j0 = k * kChunk;
+  const int size = static_cast<int>(a.n - j0 < kChunk ? a.n - j0 : kChunk);  // 1 .. kChunk
+  const auto rows = static_cast<std::uint32_t>(a.rows);
+  const std::uint32_t my_key = lane < size ? a.keys[j0 + lane] : kNoKey;
+  const std::int32_t my_value = lane < size ? a.values[j0 + lane] : -1;
+  const std::uint32_t prev = j0 > 0 ? a.keys[j0 - 1] : kNoKey;
+  const std::uint32_t next = j0 + size < a.n ? a.keys[j0 + size] : kNoKey;
+  // Valid keys (< rows) form a prefix of the sorted array: `used` entries of this window.
+  const int used = __popc(__ballot_sync(0xffffffffu, my_key < rows));
+  if (used == 0) return;
+  if (a.vector_path)
+    window_tiles<T, true>(a, first_tile, k, lane, size, used, my_key, my_value, prev, next);
+  else
+    window_tiles<T, false>(a, first_tile, k, lane, size, used, my_key, my_value, prev, next);
 }
 
 // The forked launches' zero fills (both backwards with a StreamFork): the window kernel's zero
@@ -1178,12 +1242,13 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
   a.keep_scale = dropout_keep_scale(config.dropout.p);
   a.seed = config.dropout.seed;
   a.offset = config.dropout.offset;
+  // The sinusoid table's rows and vectors are 16-byte aligned when its base is (H % K == 0). The
+  // workspace is only required to be 8-byte aligned, and a table that is not takes the whole lookup
+  // off the vector path: one flag, so that the vector path's loads are all 16-byte ones with no
+  // predicated scalar twin beside each (8 issue slots a vector when the table had a flag of its own).
   a.vector_path = shape.hidden % Packed<T>::kSize == 0 && is_vector_aligned(y) &&
-                  is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table);
-  // The sinusoid table's rows and vectors are 16-byte aligned when its base is (H % K == 0); the
-  // workspace is only required to be 8-byte aligned, and a table that is not is read element by
-  // element while the other tensors keep their vector accesses.
-  a.table_vector = is_vector_aligned_or_null(a.sinusoid_table);
+                  is_vector_aligned(token_table) && is_vector_aligned_or_null(a.position_table) &&
+                  is_vector_aligned_or_null(a.sinusoid_table);
   const auto launch = [&](auto source_tag) {
     constexpr PositionSource source = decltype(source_tag)::value;
     if (nonpad)

@@ -140,7 +140,7 @@ void expect_table_path_is_the_computed_one(std::int64_t batch, std::int64_t len,
   DeviceBuffer<T> table(random_values<T>(50 * h, 11, -1.0f, 1.0f));
   DeviceBuffer<std::int32_t> tokens_d(tokens);
   // The workspace at a 16-byte boundary (vector loads of the table) and 8 bytes past one (the
-  // launcher's minimum: the table is then read element by element, the other tensors still by vector).
+  // launcher's minimum: the lookup then takes the element-by-element path, every tensor included).
   std::vector<T> batched_at[2];
   for (int misaligned = 0; misaligned < 2; ++misaligned) {
     DeviceBuffer<T> y(n * h);
