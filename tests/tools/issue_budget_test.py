@@ -62,6 +62,13 @@ def listing():
 class IssueBudget(ToolTest):
     tool = "issue_budget.py"
 
+    def row_cells(self, result, label):
+        """The cells of the one table row whose text holds `label`."""
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = [line for line in result.stdout.splitlines() if label in line]
+        self.assertEqual(len(rows), 1, result.stdout)
+        return [cell.strip() for cell in rows[0].split("|")]
+
     def test_the_walk_takes_the_vector_path_at_every_branch(self):
         functions = issue_budget.parse_sass(listing())
         instructions = functions[NAME]
@@ -76,12 +83,8 @@ class IssueBudget(ToolTest):
         self.assertNotIn(0x190, [address for address, _ in path.trace])  # the general keep bits
 
     def test_the_table_gives_instructions_per_element_and_the_ratio(self):
-        sass = self.write("bias_act_dropout.sass", listing())
-        result = self.run_tool(sass)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        row = [line for line in result.stdout.splitlines() if "FusedForward/relu" in line]
-        self.assertEqual(len(row), 1, result.stdout)
-        cells = [cell.strip() for cell in row[0].split("|")]
+        result = self.run_tool(self.write("bias_act_dropout.sass", listing()))
+        cells = self.row_cells(result, "FusedForward/relu")
         self.assertEqual(cells[2:7], ["bf16", "yes", f"{VECTOR_PATH / 8:.1f}", f"{1 / 8:.2f}", "4"])
         # H200 by default: 1.75 instructions an element x 4.3e12 / 4 B / (4 x 32 x 132 x 1.98e9).
         ratio = VECTOR_PATH / 8 * 4.3e12 / 4 / (4 * 32 * 132 * 1.98e9)
@@ -94,8 +97,7 @@ class IssueBudget(ToolTest):
         # At 100 TB/s the issue ratio (1.75 an element against 128 a clock) passes 1 and caps the
         # kernel; the MUFU ratio (1/8 against 16) stays below it and is not marked.
         result = self.run_tool(self.write("bias_act_dropout.sass", listing()), "--h200-copy-tbs", "100")
-        row = [line for line in result.stdout.splitlines() if "FusedForward/relu" in line][0]
-        cells = [cell.strip() for cell in row.split("|")]
+        cells = self.row_cells(result, "FusedForward/relu")
         ratio = VECTOR_PATH / 8 * 100e12 / 4 / (4 * 32 * 132 * 1.98e9)
         self.assertEqual(cells[8], f"{ratio:.2f} (≤ {100 / ratio:.0f} % of copy)")
         self.assertNotIn("% of copy", cells[10])
@@ -104,8 +106,7 @@ class IssueBudget(ToolTest):
         text = listing().replace("@P2 FSEL R12, RZ, R13, !P3", "@P2 MUFU.RCP R12, R13")
         text = text.replace("ISETP.GE.AND P0, PT, R4, R5, PT", "MUFU.EX2 R4, R5")
         result = self.run_tool(self.write("bias_act_dropout.sass", text), "--h200-copy-tbs", "100")
-        row = [line for line in result.stdout.splitlines() if "FusedForward/relu" in line][0]
-        cells = [cell.strip() for cell in row.split("|")]
+        cells = self.row_cells(result, "FusedForward/relu")
         mufu_ratio = 3 / 8 * 100e12 / 4 / (16 * 132 * 1.98e9)
         self.assertEqual(cells[5], f"{3 / 8:.2f}")
         self.assertEqual(cells[10], f"{mufu_ratio:.2f} (≤ {100 / mufu_ratio:.0f} % of copy)")
@@ -134,10 +135,7 @@ class IssueBudget(ToolTest):
                    "14PositionSourceE0ELb0EEEvNS1_7FwdArgsIT_EE")
         result = self.run_tool(self.write("embedding.sass", listing().replace(NAME, forward)),
                                "--embedding-distinct", "0.5")
-        self.assertEqual(result.returncode, 0, result.stderr)
-        row = [line for line in result.stdout.splitlines() if "embedding:Forward/learned" in line]
-        self.assertEqual(len(row), 1, result.stdout)
-        cells = [cell.strip() for cell in row[0].split("|")]
+        cells = self.row_cells(result, "embedding:Forward/learned")
         self.assertEqual(cells[2:7], ["bf16", "yes", f"{VECTOR_PATH / 8:.1f}", f"{1 / 8:.2f}", "3"])
         ratio = VECTOR_PATH / 8 * 4.3e12 / 3 / (4 * 32 * 132 * 1.98e9)
         self.assertEqual(cells[8], f"{ratio:.2f}")
