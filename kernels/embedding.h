@@ -113,8 +113,9 @@ void launch_embedding_fwd(T* y, const std::int32_t* tokens, const T* token_table
 // The fused forward's workspace (8-byte aligned; null allowed when 0): the nonpad_count
 // positions (B·L int32, rounded up to 256 bytes; none for slot indexing), then for sinusoidal
 // positions either the sinusoid table (L·H floats, when embedding_fwd_uses_sinusoid_table) or
-// the per-column frequencies as two floats (floor(H/2)·8 bytes). The vector path reads the table
-// with 16-byte loads only when the workspace is 16-byte aligned. Host only.
+// the per-column frequencies as two floats (floor(H/2)·8 bytes). With a sinusoid table the lookup
+// takes its vector path (16-byte loads and stores for every tensor) only when the workspace is
+// 16-byte aligned; at 8 it takes the element path, the same bits. Host only.
 std::size_t embedding_fwd_workspace_bytes(const EmbeddingShape& shape, const EmbeddingConfig& config);
 
 // Whether the forward of this shape builds the per-launch sinusoid table: sinusoidal positions,

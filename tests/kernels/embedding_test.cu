@@ -155,7 +155,7 @@ void expect_table_path_is_the_computed_one(std::int64_t batch, std::int64_t len,
   }
   const std::vector<T>& batched = batched_at[0];
   ASSERT_EQ(std::memcmp(batched_at[0].data(), batched_at[1].data(), n * h * sizeof(T)), 0)
-      << "the scalar table path differs from the vector one";
+      << "the element path (8-byte aligned workspace) differs from the vector one";
   const auto row = static_cast<std::size_t>(len) * h;
   DeviceBuffer<T> y1(row);
   DeviceBuffer<unsigned char> ws1(
