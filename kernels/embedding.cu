@@ -257,6 +257,15 @@ struct FwdArgs {
   bool vector_path = false;  // H % K == 0 and y and the tables (the sinusoid table too) 16-byte aligned
 };
 
+// Elements of a row's K-vector at column c0 (c0 >= 0, a multiple of K): K, the tail's H - c0, or
+// 0 past the row. kWhole (the vector path: H % K == 0) makes it K or 0, a fact the compiler then
+// uses (the same value).
+template <int K, bool kWhole = false>
+__device__ __forceinline__ int vector_count(std::int64_t c0, std::int64_t hidden) {
+  if (c0 >= hidden) return 0;
+  return kWhole ? K : static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+}
+
 constexpr int kFwdMinBlocks = 2;  // embedding_fwd_kernel's launch bound (see there)
 
 // A lane's vectors per step: all loads of a step are issued before any use (H <= 4·32·K, i.e.
@@ -293,8 +302,7 @@ __device__ __forceinline__ void embedding_fwd_valid_row(const FwdArgs<T>& a, con
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::int64_t c0 = base + u * 32 * K;
-      // On the vector path H is a multiple of K, and so is c0: a vector is whole or past the row.
-      count[u] = c0 >= hidden ? 0 : kWhole ? K : static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+      count[u] = vector_count<K, kWhole>(c0, hidden);
       if (count[u] > 0) {
         load_floats<T, K>(tok_row + c0, t[u], count[u], kWhole);
         if constexpr (kLearned) load_floats<T, K>(pos_row + c0, q[u], count[u], kWhole);
@@ -346,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, kFwdMinBlocks) embedding_fwd_kernel(
 #pragma unroll
     for (int k = 0; k < K; ++k) fill[k] = s.padding ? 0.0f : __int_as_float(0x7fc00000);  // quiet NaN
     for (std::int64_t c0 = static_cast<std::int64_t>(lane) * K; c0 < hidden; c0 += 32 * K) {
-      const int count = static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+      const int count = vector_count<K>(c0, hidden);
       store_floats<T, K>(out + c0, fill, count, a.vector_path && count == K);
     }
     return;
@@ -416,7 +424,7 @@ __device__ __forceinline__ void embedding_bwd_atomic_row(const BwdArgs<T>& a, co
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::int64_t c0 = base + u * 32 * K;
-      count[u] = c0 >= hidden ? 0 : kWhole ? K : static_cast<int>(hidden - c0 < K ? hidden - c0 : K);
+      count[u] = vector_count<K, kWhole>(c0, hidden);
       if (count[u] > 0) load_floats<T, K>(dy + c0, g[u], count[u], kWhole);
     }
 #pragma unroll
@@ -603,11 +611,11 @@ struct ChunkArgs {
 };
 
 // Columns of the lane in column tile `tile` (32·K columns a tile): first column, count (0 .. K).
-template <int K>
+template <int K, bool kWhole = false>
 __device__ __forceinline__ int tile_columns(std::int64_t tile, int lane, std::int64_t hidden,
                                             std::int64_t& c0) {
   c0 = tile * (32 * K) + static_cast<std::int64_t>(lane) * K;
-  return c0 < hidden ? static_cast<int>(hidden - c0 < K ? hidden - c0 : K) : 0;
+  return vector_count<K, kWhole>(c0, hidden);
 }
 
 // The zero part of the window kernel (and the zero kernels of the forked launches): warp w of
@@ -660,8 +668,7 @@ __device__ __forceinline__ void window_tiles(const ChunkArgs<T>& a, const std::i
   const std::int64_t hidden = a.hidden;
   for (std::int64_t tile = first_tile; tile * (32 * K) < hidden; tile += a.tile_passes) {
     std::int64_t c0 = 0;
-    int count = tile_columns<K>(tile, lane, hidden, c0);
-    if constexpr (kWhole) count = count > 0 ? K : 0;  // the same value, known to the compiler
+    const int count = tile_columns<K, kWhole>(tile, lane, hidden, c0);
     float acc[K];
 #pragma unroll
     for (int c = 0; c < K; ++c) acc[c] = 0.0f;
