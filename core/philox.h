@@ -7,7 +7,8 @@
 //   key     = (seed low 32 bits, seed high 32 bits)
 //   counter = (index/4 low, index/4 high, offset low, offset high)
 //   draw #index = word (index % 4) of philox4x32_10(counter, key)
-// `offset` separates independent streams under one seed (one per layer and step, say).
+// `offset` separates independent streams under one seed (one per layer and step, say). Dropout
+// draws 16 bits an element instead, eight to a call (counter = index/8: "Dropout's draws" below).
 #pragma once
 
 #include <cmath>
@@ -75,30 +76,9 @@ SEQBENCH_HD inline std::uint32_t philox_bits(std::uint64_t seed, std::uint64_t o
 }
 
 // Maps 32 random bits to a float uniform on [0, 1) with 24 bits of resolution (exact in float).
+// For uniforms that are not dropout's (test data, the drift study's noise).
 SEQBENCH_HD inline float bits_to_unit_float(std::uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
-}
-
-// The test bits_to_unit_float(bits) >= p as an integer test on the same bits. The uniform is
-// (bits >> 8) · 2^-24 exactly, and p · 2^24 is exact for every float p in (0, 1] (a power-of-two
-// scale of a float stays a float there), so  u >= p  <=>  (bits >> 8) >= ceil(p · 2^24).  A
-// launcher computes the threshold once on the host (draw_threshold) and its kernel tests each
-// draw with a shift and an integer compare, instead of a shift, a conversion, a multiply and a
-// float compare (SASS: SHF, I2FP, FMUL, FSETP a draw). p <= 0 passes every draw (threshold 0);
-// p >= 1 and NaN pass none (a threshold above the largest bits >> 8, 2^24 - 1), as u >= p is
-// false for them. Bitwise the same decisions: test Philox.IntegerThresholdDecidesAsTheFloatTest.
-struct DrawThreshold {
-  std::uint32_t min_high_bits = 1u << 24;  // default: no draw passes, so a forgotten one shows
-};
-
-SEQBENCH_HD inline DrawThreshold draw_threshold(float p) {
-  if (p <= 0.0f) return DrawThreshold{0};
-  if (!(p < 1.0f)) return DrawThreshold{1u << 24};  // p >= 1 or NaN
-  return DrawThreshold{static_cast<std::uint32_t>(ceilf(p * 16777216.0f))};
-}
-
-SEQBENCH_HD inline bool draw_passes(std::uint32_t bits, DrawThreshold threshold) {
-  return (bits >> 8) >= threshold.min_high_bits;
 }
 
 // Draw #index of stream (seed, offset) as a float uniform on [0, 1).
@@ -106,11 +86,65 @@ SEQBENCH_HD inline float philox_uniform(std::uint64_t seed, std::uint64_t offset
   return bits_to_unit_float(philox_bits(seed, offset, index));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Dropout's draws: 16 bits each, eight to a Philox call.
+//   dropout draw #index = bits 16·(index & 1) .. 16·(index & 1) + 15 (the low half first) of word
+//                         (index >> 1) & 3 of philox_group(seed, offset, index >> 3)
+// Why 16 bits and not a whole word: Philox4x32-10 is about 40 instructions a call on the device (10 rounds
+// of 2 IMAD.WIDE.U32 and 2 LOP3), 10 an element at 4 draws a call, the largest single cost of a
+// 16-bit dropout kernel's element (kernels/NOTES-dropout-bias.md, "Sixteen-bit draws"). Eight
+// draws a call halve it. What it costs: the drop probability is resolved to 2^-16 instead of
+// 2^-24, i.e. an element is dropped with probability dropout_drop_probability(p) =
+// ceil(p·2^16)/2^16, within 2^-16 above p (0.1 -> 0.100006). Kept elements are still scaled by
+// 1/(1-p), as nn.Dropout does, so E[y] = x·(1 - p_drop)/(1 - p), low by at most 2^-16/(1 - p)
+// relative (6.8e-6 at p = 0.1). FlashAttention-2 compares 8-bit draws (p resolved to 1/255).
+SEQBENCH_HD inline std::uint32_t dropout_draw(const PhiloxWords& words, unsigned j) {  // j = index & 7
+  const std::uint32_t word = philox_word(words, j >> 1);
+  return (j & 1u) != 0 ? word >> 16 : word & 0xffffu;
+}
+
+SEQBENCH_HD inline std::uint32_t philox_dropout_draw(std::uint64_t seed, std::uint64_t offset,
+                                                     std::uint64_t index) {
+  return dropout_draw(philox_group(seed, offset, index >> 3), static_cast<unsigned>(index & 7));
+}
+
+// Dropout draw #index as a uniform on [0, 1): draw · 2^-16, exact in float.
+SEQBENCH_HD inline float dropout_uniform(std::uint64_t seed, std::uint64_t offset, std::uint64_t index) {
+  return static_cast<float>(philox_dropout_draw(seed, offset, index)) * (1.0f / 65536.0f);
+}
+
+// The test dropout_uniform >= p as an integer test on the same draw. The uniform is draw · 2^-16
+// exactly, and p · 2^16 is exact for every float p in (0, 1] (a power-of-two scale of a float
+// stays a float there), so  u >= p  <=>  draw >= ceil(p · 2^16).  A launcher computes the
+// threshold once on the host (draw_threshold) and its kernel tests each draw with one integer
+// compare. p <= 0 passes every draw (threshold 0); p >= 1 and NaN pass none (2^16, above the
+// largest draw), as u >= p is false for them. Bitwise the same decisions: test
+// Philox.IntegerThresholdDecidesAsTheFloatTest.
+struct DrawThreshold {
+  std::uint32_t min_draw = 1u << 16;  // default: no draw passes, so a forgotten one shows
+};
+
+SEQBENCH_HD inline DrawThreshold draw_threshold(float p) {
+  if (p <= 0.0f) return DrawThreshold{0};
+  if (!(p < 1.0f)) return DrawThreshold{1u << 16};  // p >= 1 or NaN
+  return DrawThreshold{static_cast<std::uint32_t>(ceilf(p * 65536.0f))};
+}
+
+SEQBENCH_HD inline bool draw_passes(std::uint32_t draw, DrawThreshold threshold) {
+  return draw >= threshold.min_draw;
+}
+
+// The probability with which dropout(p) drops an element: ceil(p · 2^16) / 2^16 for p in [0, 1]
+// (see "Dropout's draws" above). What a keep-rate check compares against.
+inline double dropout_drop_probability(float p) {
+  return static_cast<double>(draw_threshold(p).min_draw) / 65536.0;
+}
+
 // Dropout's keep decision, shared by the CPU reference and the kernels: keep when u >= p, so
 // that p = 0 keeps everything and p = 1 drops everything.
 SEQBENCH_HD inline bool philox_keep(std::uint64_t seed, std::uint64_t offset, std::uint64_t index,
                                     float drop_prob) {
-  return philox_uniform(seed, offset, index) >= drop_prob;
+  return dropout_uniform(seed, offset, index) >= drop_prob;
 }
 
 }  // namespace seqbench

@@ -20,7 +20,7 @@
 // pointer is 16-byte aligned, K scalar accesses otherwise, so any cols and any alignment work) and
 // keeps its K bias values in registers; threadIdx.y walks every 8th row of the block's row range.
 // grid = (ceil(cols / (32K)), row_blocks) with rows_per_block from make_row_tile_plan (a
-// function of the shape only). A whole vector's K keep bits come from K/4 Philox calls.
+// function of the shape only). A whole vector's K keep bits come from one Philox call.
 //
 // Deterministic bias gradient (no float atomics): the backward kernel sums its float dx over the
 // block's rows (each thread in row order, then the 8 row lanes in order) into a caller workspace

@@ -15,7 +15,7 @@
 // Thread mapping: the row-tiled skeleton of kernels/dropout_mask.h, as kernels/bias_act_dropout.h
 // describes it: blocks of 32 x 8 threads, threadIdx.x one vector of K = 16/sizeof(T) columns
 // (Packed<T> when cols % K == 0 and all pointers 16-byte aligned, else scalar), threadIdx.y
-// every 8th row of the block's row range; bias in registers; K/4 Philox calls per whole vector.
+// every 8th row of the block's row range; bias in registers; one Philox call per whole vector.
 // The bias gradient goes through float column partials [row_blocks, cols] in a caller workspace
 // and a fixed-order reduction kernel: no float atomics, bitwise reproducible for a given shape.
 #pragma once

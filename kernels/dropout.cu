@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(const FlatArgs<T> arg
   std::uint32_t keep = 0;
   if (count > 0) {
     if constexpr (kSource == MaskSource::philox) {
-      // first is a multiple of K, hence of 4: a whole vector is K/4 whole Philox groups.
+      // first is a multiple of K (8 in 16-bit, 4 in fp32), as dropout_keep_bits_aligned<K> needs:
+      // one Philox group (8 draws) a whole vector, half of it in fp32.
       keep = count == K ? dropout_keep_bits_aligned<K>(args.seed, args.offset, first, args.keep)
                         : dropout_keep_bits(args.seed, args.offset, first, count, args.keep);
     } else if constexpr (kSource == MaskSource::bits) {
@@ -98,23 +99,31 @@ __global__ void __launch_bounds__(kThreads) dropout_kernel(const FlatArgs<T> arg
   }
 }
 
-// The unfused baseline's bernoulli kernel: one thread per Philox group of 4 elements.
+// The unfused baseline's bernoulli kernel: one thread per Philox group of 8 elements.
 __global__ void __launch_bounds__(kThreads)
     dropout_mask_u8_kernel(std::uint8_t* __restrict__ mask, std::uint64_t n, DrawThreshold keep_test,
                            std::uint64_t seed, std::uint64_t offset, bool word_aligned) {
+  constexpr int kDraws = 8;  // a Philox group's dropout draws (core/philox.h)
   const std::uint64_t group = static_cast<std::uint64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  const std::uint64_t first = group * 4;
+  const std::uint64_t first = group * kDraws;
   if (first >= n) return;
   const PhiloxWords words = philox_group(seed, offset, group);
-  std::uint8_t keep[4];
+  std::uint8_t keep[kDraws];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) keep[k] = draw_passes(words.w[k], keep_test) ? 1 : 0;
-  if (word_aligned && first + 4 <= n) {
-    *reinterpret_cast<std::uint32_t*>(mask + first) =
-        static_cast<std::uint32_t>(keep[0]) | (static_cast<std::uint32_t>(keep[1]) << 8) |
-        (static_cast<std::uint32_t>(keep[2]) << 16) | (static_cast<std::uint32_t>(keep[3]) << 24);
+  for (int k = 0; k < kDraws; ++k) {
+    keep[k] = draw_passes(dropout_draw(words, static_cast<unsigned>(k)), keep_test) ? 1 : 0;
+  }
+  if (word_aligned && first + kDraws <= n) {
+    auto* words_out = reinterpret_cast<std::uint32_t*>(mask + first);
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      words_out[w] = static_cast<std::uint32_t>(keep[4 * w]) |
+                     (static_cast<std::uint32_t>(keep[4 * w + 1]) << 8) |
+                     (static_cast<std::uint32_t>(keep[4 * w + 2]) << 16) |
+                     (static_cast<std::uint32_t>(keep[4 * w + 3]) << 24);
+    }
   } else {
-    for (int k = 0; k < 4 && first + k < n; ++k) mask[first + k] = keep[k];
+    for (int k = 0; k < kDraws && first + k < n; ++k) mask[first + k] = keep[k];
   }
 }
 
@@ -232,10 +241,10 @@ void launch_dropout_mask_u8(std::uint8_t* mask, std::size_t n, const DropoutConf
   constexpr const char* op = "dropout_mask_u8";
   require_dropout_probability(config.p, op);
   if (n == 0) return;
-  const std::uint64_t max_n = std::uint64_t{0x7fffffff} * kThreads * 4;
+  const std::uint64_t max_n = std::uint64_t{0x7fffffff} * kThreads * 8;  // 8 elements a thread
   SEQBENCH_REQUIRE(n <= max_n, op << ": n = " << n << " > " << max_n);
   require_non_null(mask, op, "mask");
-  const std::uint64_t groups = (n + 3) / 4;
+  const std::uint64_t groups = (n + 7) / 8;
   const std::uint64_t blocks = (groups + kThreads - 1) / kThreads;
   dropout_mask_u8_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       mask, n, draw_threshold(config.p), config.seed, config.offset,

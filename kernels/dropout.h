@@ -2,17 +2,18 @@
 // keep mask, and the unfused PyTorch-eager-like baseline.
 //
 // Semantics (reference/dropout.h, exactly): element i of a tensor of n elements is kept when
-// philox_keep(seed, offset, i, p) holds, i.e. when draw #i of the Philox stream (seed, offset) is
-// >= p; kept elements are scaled by 1/(1-p) (computed in float), dropped ones are 0, and p = 1
-// gives zeros, never NaN. The flat C-order element index is the draw index, so the same
-// (seed, offset) gives the same mask on the CPU reference, in every kernel here, for every dtype
-// and for every pointer alignment.
+// philox_keep(seed, offset, i, p) holds, i.e. when the 16-bit dropout draw #i of the Philox stream
+// (seed, offset), as a uniform draw·2^-16, is >= p (core/philox.h: p is resolved to 2^-16, an
+// element drops with probability dropout_drop_probability(p) = ceil(p·2^16)/2^16); kept elements
+// are scaled by 1/(1-p) (computed in float), dropped ones are 0, and p = 1 gives zeros, never NaN. The flat
+// C-order element index is the draw index, so the same (seed, offset) gives the same mask on the CPU
+// reference, in every kernel here, for every dtype and for every pointer alignment.
 //
 // Saving the mask for backward. Three ways, with their memory per element:
 //   unfused baseline   1 byte   uint8 mask tensor (what PyTorch eager keeps)
 //   bit-packed         1/8 byte the forward writes 1 bit per element; backward reads it
 //   regenerate         0 bytes  backward redraws the mask from (seed, offset); costs one Philox
-//                               call per 4 elements in backward instead of a mask read
+//                               call per 8 elements in backward instead of a mask read
 // kernels/NOTES-dropout-bias.md has the byte counts and the timing trade-off.
 //
 // Bit-packed layout: an array of little-endian uint32 words; bit j of word w is the keep bit of
@@ -54,10 +55,10 @@ constexpr std::size_t dropout_mask_bytes(std::size_t n) {
 //   aligned (ignored when null).
 //   Thread mapping: one thread per vector of K = 16/sizeof(T) consecutive elements (4 fp32 or 8
 //   fp16/bf16): one Packed<T> load and store when x and y are 16-byte aligned, else K scalar
-//   accesses; the thread draws its K keep bits with K/4 Philox calls (one call = 4 draws = 4
-//   consecutive elements). The 32/K lanes of a warp that cover one 32-element mask word OR their
-//   bits together with xor-shuffles, and the first of them stores the word. 256 threads a block,
-//   ceil(n/K/256) blocks. The tail vector (n % K elements) is written element by element.
+//   accesses; the thread draws its K keep bits with one Philox call (one call = 8 draws of 16 bits
+//   = 8 consecutive elements, of which an fp32 vector uses half). The 32/K lanes of a warp that cover one
+//   32-element mask word OR their bits together with xor-shuffles, and the first of them stores the word. 256
+//   threads a block, ceil(n/K/256) blocks. The tail vector (n % K elements) is written element by element.
 //   Limits: 0 <= p <= 1 (NaN rejected); n may be 0 (nothing is launched); x, y non-null when n > 0.
 //
 // launch_dropout_bwd<T>(dx, dy, n, p, mask, mask_bytes, stream)
@@ -89,8 +90,8 @@ void launch_dropout_bwd_regenerate(T* dx, const T* dy, std::size_t n, const Drop
 //
 // launch_dropout_mask_u8(mask, n, config, stream)
 //   What: mask[i] = keep(i) ? 1 : 0 (uint8), the same bits as the fused kernels.
-//   Thread mapping: one thread per Philox call, i.e. per 4 consecutive elements, stored as one
-//   32-bit word when the mask is 4-byte aligned and the 4 elements are in range, else bytewise.
+//   Thread mapping: one thread per Philox call, i.e. per 8 consecutive elements, stored as two
+//   32-bit words when the mask is 4-byte aligned and the 8 elements are in range, else bytewise.
 //   Limits: 0 <= p <= 1; mask non-null when n > 0.
 //
 // launch_dropout_apply_u8<T>(y, x, mask, n, p, stream)

@@ -1,7 +1,7 @@
 // The pieces the three dropout families (dropout, bias+act+dropout, bias+dropout+residual) share,
 // so that none of them copies another:
-//   1. keep bits: K consecutive keep decisions from K/4 Philox calls, bit for bit equal to
-//      philox_keep() and so to reference/dropout.h make_dropout_mask (host and device), each
+//   1. keep bits: K consecutive keep decisions from K/8 Philox calls (one for K = 4), bit for bit
+//      equal to philox_keep() and so to reference/dropout.h make_dropout_mask (host and device), each
 //      decided by an integer compare against draw_threshold(p) (core/philox.h);
 //   2. the bit-packed mask layout and its host emulation (what a CPU test compares against);
 //   3. argument validation shared by the launchers (host);
@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -39,36 +41,59 @@ SEQBENCH_HD inline float dropout_keep_scale(float p) {
 
 // Keep bits of the `count` (<= 32) consecutive elements first .. first+count-1: bit j is
 // philox_keep(seed, offset, first + j, p) for keep = draw_threshold(p). Any `first`: a span that
-// straddles Philox groups draws each group it touches once (at most count/4 + 1 calls).
+// straddles Philox groups (8 draws each, core/philox.h) draws each group it touches once (at most
+// count/8 + 1 calls).
 SEQBENCH_HD inline std::uint32_t dropout_keep_bits(std::uint64_t seed, std::uint64_t offset,
                                                    std::uint64_t first, int count, DrawThreshold keep) {
   std::uint32_t bits = 0;
-  std::uint64_t group = first >> 2;
+  std::uint64_t group = first >> 3;
   PhiloxWords words = philox_group(seed, offset, group);
   for (int j = 0; j < count; ++j) {
     const std::uint64_t index = first + static_cast<std::uint64_t>(j);
-    if ((index >> 2) != group) {
-      group = index >> 2;
+    if ((index >> 3) != group) {
+      group = index >> 3;
       words = philox_group(seed, offset, group);
     }
-    if (draw_passes(philox_word(words, static_cast<unsigned>(index & 3)), keep)) bits |= 1u << j;
+    if (draw_passes(dropout_draw(words, static_cast<unsigned>(index & 7)), keep)) bits |= 1u << j;
   }
   return bits;
 }
 
-// The fast case of dropout_keep_bits: `first` a multiple of 4 and K (a multiple of 4, <= 32)
-// elements, so exactly K/4 Philox calls, each giving the 4 draws of 4 consecutive elements.
+// The fast case of dropout_keep_bits for K whole elements (K = 4, or a multiple of 8 up to 32):
+// for K >= 8 `first` a multiple of 8, so exactly K/8 Philox calls, each giving the draws of 8
+// consecutive elements; for K = 4 (an fp32 vector) `first` a multiple of 4, so one call, of which
+// the half that holds elements first .. first+3 is used. The vector paths guarantee the
+// alignment (first is a multiple of their vector's K); the host build (simt, the cpu tests)
+// aborts on a call that breaks it, which the device would answer with another element's bits.
 template <int K>
 SEQBENCH_HD inline std::uint32_t dropout_keep_bits_aligned(std::uint64_t seed, std::uint64_t offset,
                                                            std::uint64_t first, DrawThreshold keep) {
-  static_assert(K % 4 == 0 && K <= 32, "K must be a multiple of 4, at most 32");
+  static_assert(K == 4 || (K % 8 == 0 && K <= 32), "K must be 4 or a multiple of 8, at most 32");
+#if !defined(__CUDA_ARCH__)
+  constexpr std::uint64_t kAlign = K == 4 ? 4 : 8;
+  if (first % kAlign != 0) {
+    std::fprintf(stderr, "dropout_keep_bits_aligned<%d>: first = %llu is not a multiple of %llu\n", K,
+                 static_cast<unsigned long long>(first), static_cast<unsigned long long>(kAlign));
+    std::abort();
+  }
+#endif
   std::uint32_t bits = 0;
-  SEQBENCH_DEVICE_UNROLL
-  for (int q = 0; q < K / 4; ++q) {
-    const PhiloxWords words = philox_group(seed, offset, (first >> 2) + static_cast<std::uint64_t>(q));
+  if constexpr (K == 4) {
+    const PhiloxWords words = philox_group(seed, offset, first >> 3);
+    const bool upper = (first & 4) != 0;  // elements 4..7 of the group: words 2 and 3
+    const std::uint32_t lo = upper ? words.w[2] : words.w[0];
+    const std::uint32_t hi = upper ? words.w[3] : words.w[1];
+    const std::uint32_t draws[4] = {lo & 0xffffu, lo >> 16, hi & 0xffffu, hi >> 16};
     SEQBENCH_DEVICE_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      bits |= (draw_passes(words.w[k], keep) ? 1u : 0u) << (4 * q + k);
+    for (int k = 0; k < 4; ++k) bits |= (draw_passes(draws[k], keep) ? 1u : 0u) << k;
+  } else {
+    SEQBENCH_DEVICE_UNROLL
+    for (int q = 0; q < K / 8; ++q) {
+      const PhiloxWords words = philox_group(seed, offset, (first >> 3) + static_cast<std::uint64_t>(q));
+      SEQBENCH_DEVICE_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        bits |= (draw_passes(dropout_draw(words, static_cast<unsigned>(k)), keep) ? 1u : 0u) << (8 * q + k);
+      }
     }
   }
   return bits;
@@ -238,7 +263,8 @@ struct RowTileArgs {
 };
 
 // True when every non-null pointer is 16-byte aligned and rows are whole vectors, so that every
-// thread's K columns are one Packed<T> access and start on a Philox group (K is a multiple of 4).
+// thread's K columns are one Packed<T> access and start on a multiple of K, as
+// dropout_keep_bits_aligned<K> requires.
 template <class T>
 bool row_tile_vector_ok(const RowTileArgs<T>& a) {
   constexpr int K = Packed<T>::kSize;
@@ -381,7 +407,8 @@ void launch_row_tile(RowTileArgs<T> args, const Fn& fn, cudaStream_t stream) {
 
 // launch_row_tile for the dropout kernels: p = 0 keeps every element (philox_keep keeps u >= p, and
 // u >= 0 always; the keep scale is 1), so it runs the kMask = false instance, the same bits without
-// the Philox draws (K/4 Philox calls per thread-row and their integer work). Sets args.keep.
+// the Philox draws (one Philox call per thread-row in both widths, K = 8 or 4, and their integer
+// work). Sets args.keep.
 template <class T, int kInputs, bool kBias, bool kReduce, bool kOutIsIn0 = false, class Fn>
 void launch_row_tile_dropout(RowTileArgs<T> args, float p, const Fn& fn, cudaStream_t stream) {
   args.keep = draw_threshold(p);

@@ -317,7 +317,7 @@ __device__ __forceinline__ void embedding_fwd_valid_row(const FwdArgs<T>& a, con
 #pragma unroll
         for (int k = 0; k < K; ++k) q[u][k] = k < count[u] ? sinusoid(position, c0 + k, a.sinusoid) : 0.0f;
       }
-      // On the vector path first is a multiple of K, hence of 4: K/4 whole Philox groups.
+      // On the vector path first is a multiple of K: one Philox group (8 draws), half of it in fp32.
       const std::uint64_t first = row_first + static_cast<std::uint64_t>(c0);
       const std::uint32_t keep = kWhole ? dropout_keep_bits_aligned<K>(a.seed, a.offset, first, a.keep)
                                         : dropout_keep_bits(a.seed, a.offset, first, count[u], a.keep);

@@ -80,7 +80,7 @@ void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& 
 //   independent few-µs jobs that overlap there, rather than two kernels back to back; learned
 //   positions with slot indexing need no pre-pass). The warp walks its row in vectors of
 //   K = 16/sizeof(T) columns, lane j taking vectors j, j+32, ...: one Packed<T> load of the token
-//   row (and position row), K/4 Philox calls, one Packed<T> store when H % K == 0 and y and the
+//   row (and position row), one Philox call, one Packed<T> store when H % K == 0 and y and the
 //   tables are 16-byte aligned, else K guarded scalar accesses (any H, tails included). A lane
 //   issues the loads of up to 4 vectors (columns c, c + 32·K, c + 64·K, c + 96·K) before using
 //   any. Sinusoids: the pre-pass computes the floor(H/2) frequencies in double into the workspace

@@ -14,7 +14,9 @@
 namespace seqbench::ref {
 
 // keep[r, c] = philox_keep(seed, offset, r * cols + c, float(p)): the flat C-order element index
-// is the Philox draw index, and p is compared in float because that is what the kernels do.
+// is the dropout draw index (16-bit draws, core/philox.h), and p is compared in float because that
+// is what the kernels do. An element drops with probability dropout_drop_probability(p), within
+// 2^-16 above p; the scale below stays 1/(1-p).
 // Requires 0 <= p <= 1.
 KeepMask make_dropout_mask(Index rows, Index cols, double p, std::uint64_t seed, std::uint64_t offset);
 

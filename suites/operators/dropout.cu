@@ -305,9 +305,10 @@ std::size_t popcount_bytes(const std::vector<std::uint32_t>& words) {
   return count;
 }
 
-// The keep rate of the GPU mask over n = 10^7 elements lies within 4σ of 1 - p, σ² = p(1-p)/n
-// (a false alarm once in ~16000 runs for an ideal generator; the seed is fixed, so the outcome
-// is reproducible).
+// The keep rate of the GPU mask over n = 10^7 elements lies within 4σ of 1 - q, σ² = q(1-q)/n,
+// q = dropout_drop_probability(p), p on the 2^-16 grid of the 16-bit draws (core/philox.h; a
+// false alarm once in ~16000 runs for an ideal generator; the seed is fixed, so the outcome is
+// reproducible).
 std::vector<CheckResult> keep_rate_checks(std::uint64_t seed) {
   std::vector<CheckResult> results;
   const std::size_t n = 10'000'000;
@@ -319,8 +320,9 @@ std::vector<CheckResult> keep_rate_checks(std::uint64_t seed) {
     kernels::launch_dropout_fwd<float>(y.data(), x.data(), n, config, bits.data(), bits.bytes(), nullptr);
     SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
     const double kept = static_cast<double>(popcount_bytes(bits.copy_to_host())) / static_cast<double>(n);
-    const double target = 1.0 - static_cast<double>(p);
-    const double sigma = std::sqrt(static_cast<double>(p) * (1.0 - p) / static_cast<double>(n));
+    const double q = dropout_drop_probability(p);
+    const double target = 1.0 - q;
+    const double sigma = std::sqrt(q * (1.0 - q) / static_cast<double>(n));
     CheckResult r;
     std::ostringstream name;
     name << "operators/dropout/keep_rate/p=" << p;
@@ -331,7 +333,7 @@ std::vector<CheckResult> keep_rate_checks(std::uint64_t seed) {
     r.passed = r.max_abs_err <= r.tolerance;
     std::ostringstream detail;
     detail << "kept fraction " << kept << " of n=" << n << " (seed " << seed << ", offset 11), target "
-           << target << ", |diff| <= 4 sigma = 4 sqrt(p(1-p)/n)";
+           << target << " = 1 - q, q = ceil(p 2^16)/2^16 = " << q << ", |diff| <= 4 sigma = 4 sqrt(q(1-q)/n)";
     r.detail = detail.str();
     results.push_back(r);
   }
@@ -367,7 +369,8 @@ CheckResult determinism_check(std::uint64_t seed) {
     diff_offset[i] = a[i] ^ c[i];
     diff_seed[i] = a[i] ^ d[i];
   }
-  const double expect = 2.0 * p * (1.0 - p);
+  const double q = dropout_drop_probability(p);  // p on the 2^-16 grid
+  const double expect = 2.0 * q * (1.0 - q);
   const double sigma = std::sqrt(expect * (1.0 - expect) / static_cast<double>(n));
   const double f_offset = static_cast<double>(popcount_bytes(diff_offset)) / static_cast<double>(n);
   const double f_seed = static_cast<double>(popcount_bytes(diff_seed)) / static_cast<double>(n);
@@ -380,7 +383,7 @@ CheckResult determinism_check(std::uint64_t seed) {
   detail << "n=" << n << " p=" << p << " seed=" << seed
          << ": repeat bitwise identical (y and mask): " << (same ? "yes" : "NO")
          << "; fraction of mask bits differing for offset+1: " << f_offset << ", for seed+1: " << f_seed
-         << ", expected 2p(1-p) = " << expect << " within 4 sigma";
+         << ", expected 2q(1-q) = " << expect << " (q = ceil(p 2^16)/2^16) within 4 sigma";
   r.detail = detail.str();
   return r;
 }

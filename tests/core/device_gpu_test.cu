@@ -40,12 +40,13 @@ TEST(DeviceBufferGpu, RoundTripAndPoison) {
   EXPECT_THROW(moved.copy_from_host(std::vector<float>(3)), Error);
 }
 
-__global__ void draw_kernel(std::uint32_t* bits, float* uniforms, std::uint64_t seed, std::uint64_t offset,
-                            std::uint64_t first, std::size_t n) {
+__global__ void draw_kernel(std::uint32_t* bits, float* uniforms, std::uint32_t* dropout_draws,
+                            std::uint64_t seed, std::uint64_t offset, std::uint64_t first, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   bits[i] = philox_bits(seed, offset, first + i);
   uniforms[i] = philox_uniform(seed, offset, first + i);
+  dropout_draws[i] = philox_dropout_draw(seed, offset, first + i);
 }
 
 TEST(PhiloxGpu, DeviceDrawsEqualHostDrawsBitForBit) {
@@ -54,15 +55,20 @@ TEST(PhiloxGpu, DeviceDrawsEqualHostDrawsBitForBit) {
   const std::uint64_t seed = 0xDEADBEEFCAFEull, offset = (1ull << 33) + 5, first = (1ull << 34) + 3;
   DeviceBuffer<std::uint32_t> bits(n);
   DeviceBuffer<float> uniforms(n);
+  DeviceBuffer<std::uint32_t> dropout_draws(n);
   bits.fill_bytes(0xAB);
   uniforms.fill_bytes(0xFF);
-  draw_kernel<<<(n + 255) / 256, 256>>>(bits.data(), uniforms.data(), seed, offset, first, n);
+  dropout_draws.fill_bytes(0xCD);  // above any 16-bit draw: an unwritten one shows
+  draw_kernel<<<(n + 255) / 256, 256>>>(bits.data(), uniforms.data(), dropout_draws.data(), seed, offset,
+                                        first, n);
   SEQBENCH_CUDA_CHECK_LAUNCH();
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
   const auto got_bits = bits.copy_to_host();
   const auto got_uniforms = uniforms.copy_to_host();
+  const auto got_dropout_draws = dropout_draws.copy_to_host();
   for (std::size_t i = 0; i < n; ++i) {
     ASSERT_EQ(got_bits[i], philox_bits(seed, offset, first + i)) << "index " << i;
+    ASSERT_EQ(got_dropout_draws[i], philox_dropout_draw(seed, offset, first + i)) << "index " << i;
     const float expected = philox_uniform(seed, offset, first + i);
     ASSERT_EQ(std::memcmp(&got_uniforms[i], &expected, sizeof(float)), 0) << "index " << i;
   }

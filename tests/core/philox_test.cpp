@@ -78,66 +78,100 @@ TEST(Philox, BitsToUnitFloatEndpoints) {
   EXPECT_EQ(bits_to_unit_float(0xffffffffu), 1.0f - std::ldexp(1.0f, -24));
 }
 
+// Dropout's 16-bit draws: draw #(8g + j) is the low (j even) or high (j odd) half of word j/2 of
+// group g of the 32-bit stream, for any seed, offset and group (the top bits of the index included).
+TEST(Philox, DropoutDrawsAreTheHalvesOfAGroupsWords) {
+  std::mt19937_64 rng(20261203);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::uint64_t seed = rng(), offset = rng();
+    const std::uint64_t group = trial == 0 ? (std::uint64_t{1} << 61) - 1 : rng() >> 3;  // index < 2^64
+    for (int j = 0; j < 8; ++j) {
+      const std::uint32_t word = philox_bits(seed, offset, group * 4 + static_cast<std::uint64_t>(j / 2));
+      const std::uint32_t want = j % 2 == 0 ? word & 0xffffu : word >> 16;
+      ASSERT_EQ(philox_dropout_draw(seed, offset, group * 8 + static_cast<std::uint64_t>(j)), want)
+          << "group " << group << " j " << j;
+      ASSERT_EQ(dropout_draw(philox_group(seed, offset, group), static_cast<unsigned>(j)), want);
+      ASSERT_EQ(dropout_uniform(seed, offset, group * 8 + static_cast<std::uint64_t>(j)),
+                static_cast<float>(want) / 65536.0f);
+    }
+  }
+}
+
 // The kernels decide keep with draw_threshold / draw_passes (one integer compare a draw); the reference, with
-// bits_to_unit_float(bits) >= p. Both tests are monotone in bits, so they agree everywhere when they agree at
-// the threshold and on either side of it: probed there for edge, subnormal, ulp-neighbour, out-of-range and
-// random p (random float bit patterns below 1, so every exponent is drawn), with random low bytes, plus a
-// sweep of every bits >> 8 for three p.
+// dropout_uniform >= p, i.e. draw · 2^-16 >= p in float. Both are monotone in the draw, so they agree
+// everywhere when they agree at the threshold and on either side of it: probed there for random p (random
+// float bit patterns below 1, so every exponent is drawn), and over every draw for edge, subnormal,
+// ulp-neighbour, out-of-range and grid p.
 TEST(Philox, IntegerThresholdDecidesAsTheFloatTest) {
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> ps = {0.0f,
-                           -0.0f,
-                           -1.0f,
-                           -inf,
-                           inf,
-                           std::nanf(""),
-                           2.0f,
-                           1.0f,
-                           std::nextafter(1.0f, 2.0f),
-                           std::nextafter(1.0f, 0.0f),
-                           0.5f,
-                           std::nextafter(0.5f, 0.0f),
-                           std::nextafter(0.5f, 1.0f),
-                           0.1f,
-                           1.0f / 3.0f,
-                           std::numeric_limits<float>::denorm_min(),
-                           std::numeric_limits<float>::min(),
-                           std::ldexp(1.0f, -24),
-                           std::ldexp(1.0f, -25),
-                           std::nextafter(std::ldexp(1.0f, -24), 0.0f),
-                           std::nextafter(std::ldexp(1.0f, -24), 1.0f),
-                           1.0f - std::ldexp(1.0f, -24)};
+  const std::vector<float> special = {0.0f,
+                                      -0.0f,
+                                      -1.0f,
+                                      -inf,
+                                      inf,
+                                      std::nanf(""),
+                                      2.0f,
+                                      1.0f,
+                                      std::nextafter(1.0f, 2.0f),
+                                      std::nextafter(1.0f, 0.0f),
+                                      0.5f,
+                                      std::nextafter(0.5f, 0.0f),
+                                      std::nextafter(0.5f, 1.0f),
+                                      0.1f,
+                                      1.0f / 3.0f,
+                                      std::numeric_limits<float>::denorm_min(),
+                                      std::numeric_limits<float>::min(),
+                                      std::ldexp(1.0f, -16),
+                                      std::ldexp(1.0f, -17),
+                                      std::nextafter(std::ldexp(1.0f, -16), 0.0f),
+                                      std::nextafter(std::ldexp(1.0f, -16), 1.0f),
+                                      1.0f - std::ldexp(1.0f, -16),
+                                      std::nextafter(1.0f - std::ldexp(1.0f, -16), 1.0f)};
+  const auto uniform = [](std::uint32_t draw) { return static_cast<float>(draw) * (1.0f / 65536.0f); };
+  constexpr std::int64_t kTop = 0xffff;  // the largest draw
+  for (const float p : special) {
+    const DrawThreshold threshold = draw_threshold(p);
+    ASSERT_LE(threshold.min_draw, std::uint32_t{1} << 16) << "p=" << p;
+    for (std::uint32_t draw = 0; draw <= kTop; ++draw) {
+      ASSERT_EQ(draw_passes(draw, threshold), uniform(draw) >= p)
+          << "p=" << p << " (" << std::hexfloat << p << std::defaultfloat << ") draw=" << draw;
+    }
+  }
   std::mt19937_64 rng(20261202);
-  for (int i = 0; i < 4000; ++i) {
+  for (int i = 0; i < 20000; ++i) {
     const auto pattern = static_cast<std::uint32_t>(rng() % 0x3f800000u);  // the floats in [0, 1)
     float p;
     std::memcpy(&p, &pattern, sizeof p);
-    ps.push_back(p);
-  }
-  const auto agree = [](std::uint32_t bits, float p, DrawThreshold threshold) {
-    return draw_passes(bits, threshold) == (bits_to_unit_float(bits) >= p);
-  };
-  constexpr std::int64_t kTop = (std::int64_t{1} << 24) - 1;  // the largest bits >> 8
-  for (const float p : ps) {
     const DrawThreshold threshold = draw_threshold(p);
-    const std::uint32_t t = threshold.min_high_bits;
-    ASSERT_LE(t, std::uint32_t{1} << 24) << "p=" << p;
+    const std::uint32_t t = threshold.min_draw;
+    ASSERT_LE(t, std::uint32_t{1} << 16) << "p=" << p;
     std::vector<std::int64_t> probes = {0, kTop, static_cast<std::int64_t>(rng() % (kTop + 1))};
     for (std::int64_t d = -2; d <= 2; ++d) probes.push_back(static_cast<std::int64_t>(t) + d);
     for (const std::int64_t m : probes) {
       if (m < 0 || m > kTop) continue;
-      for (const std::uint32_t low : {0u, 255u, static_cast<std::uint32_t>(rng() % 256)}) {
-        const std::uint32_t bits = static_cast<std::uint32_t>(m) << 8 | low;
-        ASSERT_TRUE(agree(bits, p, threshold)) << "p=" << p << " (" << std::hexfloat << p << std::defaultfloat
-                                               << ") threshold=" << t << " bits=" << bits;
-      }
+      const auto draw = static_cast<std::uint32_t>(m);
+      ASSERT_EQ(draw_passes(draw, threshold), uniform(draw) >= p)
+          << "p=" << p << " (" << std::hexfloat << p << std::defaultfloat << ") threshold=" << t
+          << " draw=" << draw;
     }
   }
-  for (const float p : {0.1f, 0.5f, 1.0f / 3.0f}) {
-    const DrawThreshold threshold = draw_threshold(p);
-    for (std::uint32_t m = 0; m <= static_cast<std::uint32_t>(kTop); ++m) {
-      ASSERT_TRUE(agree(m << 8 | (m & 255u), p, threshold)) << "p=" << p << " bits>>8=" << m;
-    }
+}
+
+// dropout_drop_probability(p) = ceil(p 2^16) / 2^16: p itself on the 2^-16 grid, else the next grid
+// point above it, and 0 and 1 at the ends.
+TEST(Philox, DropProbabilityIsPRoundedUpToTheSixteenBitGrid) {
+  EXPECT_EQ(dropout_drop_probability(0.0f), 0.0);
+  EXPECT_EQ(dropout_drop_probability(1.0f), 1.0);
+  EXPECT_EQ(dropout_drop_probability(0.5f), 0.5);
+  EXPECT_EQ(dropout_drop_probability(std::ldexp(1.0f, -16)), std::ldexp(1.0, -16));
+  EXPECT_EQ(dropout_drop_probability(std::ldexp(1.0f, -20)), std::ldexp(1.0, -16));
+  EXPECT_EQ(dropout_drop_probability(0.1f), 6554.0 / 65536.0);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 10000; ++i) {
+    const float p = static_cast<float>(rng() % 1000001) / 1e6f;
+    const double q = dropout_drop_probability(p);
+    ASSERT_GE(q, static_cast<double>(p)) << "p=" << p;
+    ASSERT_LT(q, static_cast<double>(p) + std::ldexp(1.0, -16)) << "p=" << p;
   }
 }
 
@@ -146,8 +180,9 @@ TEST(Philox, KeepRateWithinFourSigma) {
     const int n = 200000;
     int kept = 0;
     for (int i = 0; i < n; ++i) kept += philox_keep(123, 9, static_cast<std::uint64_t>(i), p);
-    const double expected = (1.0 - p) * n;
-    const double sigma = std::sqrt(n * p * (1.0 - p));
+    const double q = dropout_drop_probability(p);  // p on the 2^-16 grid
+    const double expected = (1.0 - q) * n;
+    const double sigma = std::sqrt(n * q * (1.0 - q));
     EXPECT_LE(std::abs(kept - expected), 4 * sigma + 1e-9) << "p=" << p;
   }
 }

@@ -74,18 +74,33 @@ TEST(DropoutKeepBits, EqualPhiloxKeepForAnySpan) {
   }
 }
 
+// K = 4 at any multiple of 4 (either half of a Philox group), K = 8, 16, 32 at multiples of 8.
 TEST(DropoutKeepBits, AlignedFastPathEqualsTheGeneralOne) {
   std::mt19937_64 rng(8);
   for (int trial = 0; trial < 2000; ++trial) {
-    const std::uint64_t seed = rng(), offset = rng() % 100, first = (rng() % (std::uint64_t{1} << 40)) * 4;
+    const std::uint64_t seed = rng(), offset = rng() % 100, first4 = (rng() % (std::uint64_t{1} << 40)) * 4;
+    const std::uint64_t first8 = first4 & ~std::uint64_t{7};
     const float p = static_cast<float>(rng() % 1001) / 1000.0f;
-    EXPECT_EQ(dropout_keep_bits_aligned<4>(seed, offset, first, draw_threshold(p)),
-              dropout_keep_bits(seed, offset, first, 4, draw_threshold(p)));
-    EXPECT_EQ(dropout_keep_bits_aligned<8>(seed, offset, first, draw_threshold(p)),
-              dropout_keep_bits(seed, offset, first, 8, draw_threshold(p)));
-    EXPECT_EQ(dropout_keep_bits_aligned<32>(seed, offset, first, draw_threshold(p)),
-              dropout_keep_bits(seed, offset, first, 32, draw_threshold(p)));
+    EXPECT_EQ(dropout_keep_bits_aligned<4>(seed, offset, first4, draw_threshold(p)),
+              dropout_keep_bits(seed, offset, first4, 4, draw_threshold(p)));
+    EXPECT_EQ(dropout_keep_bits_aligned<8>(seed, offset, first8, draw_threshold(p)),
+              dropout_keep_bits(seed, offset, first8, 8, draw_threshold(p)));
+    EXPECT_EQ(dropout_keep_bits_aligned<16>(seed, offset, first8, draw_threshold(p)),
+              dropout_keep_bits(seed, offset, first8, 16, draw_threshold(p)));
+    EXPECT_EQ(dropout_keep_bits_aligned<32>(seed, offset, first8, draw_threshold(p)),
+              dropout_keep_bits(seed, offset, first8, 32, draw_threshold(p)));
   }
+}
+
+// A vector path that broke the alignment would read another element's draws on the device; the
+// host build (simt included) refuses it.
+TEST(DropoutKeepBitsDeathTest, AlignedFastPathRefusesAMisalignedFirst) {
+  EXPECT_DEATH(dropout_keep_bits_aligned<8>(1, 2, 4, draw_threshold(0.5f)),
+               "first = 4 is not a multiple of 8");
+  EXPECT_DEATH(dropout_keep_bits_aligned<32>(1, 2, 12, draw_threshold(0.5f)),
+               "first = 12 is not a multiple of 8");
+  EXPECT_DEATH(dropout_keep_bits_aligned<4>(1, 2, 6, draw_threshold(0.5f)),
+               "first = 6 is not a multiple of 4");
 }
 
 // Host emulation of the packed layout: bit i%8 of byte i/8 is reference mask element i, the
@@ -140,8 +155,9 @@ TEST(DropoutKeepRate, PhiloxKeepRateIsWithinFourSigma) {
       kept += static_cast<std::size_t>(__builtin_popcount(bits));
     }
     const double rate = static_cast<double>(kept) / n;
-    const double sigma = std::sqrt(p * (1.0 - p) / n);
-    EXPECT_LE(std::fabs(rate - (1.0 - p)), 4 * sigma) << "p=" << p;
+    const double q = dropout_drop_probability(p);  // p on the 2^-16 grid (core/philox.h)
+    const double sigma = std::sqrt(q * (1.0 - q) / n);
+    EXPECT_LE(std::fabs(rate - (1.0 - q)), 4 * sigma) << "p=" << p;
   }
 }
 

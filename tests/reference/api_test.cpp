@@ -28,7 +28,7 @@ TEST(ReferenceDropout, MaskIsPhiloxKeepAtTheFlatIndex) {
   const KeepMask keep = make_dropout_mask(5, 7, 0.4, 1234, 9);
   for (Index r = 0; r < 5; ++r) {
     for (Index c = 0; c < 7; ++c) {
-      const bool expected = philox_uniform(1234, 9, static_cast<std::uint64_t>(r * 7 + c)) >= 0.4f;
+      const bool expected = dropout_uniform(1234, 9, static_cast<std::uint64_t>(r * 7 + c)) >= 0.4f;
       EXPECT_EQ(keep(r, c) != 0, expected) << "element (" << r << ", " << c << ")";
     }
   }
