@@ -96,8 +96,9 @@ SEQBENCH_HD inline float philox_uniform(std::uint64_t seed, std::uint64_t offset
 // draws a call halve it. What it costs: the drop probability is resolved to 2^-16 instead of
 // 2^-24, i.e. an element is dropped with probability dropout_drop_probability(p) =
 // ceil(p·2^16)/2^16, within 2^-16 above p (0.1 -> 0.100006). Kept elements are still scaled by
-// 1/(1-p), as nn.Dropout does, so E[y] = x·(1 - p_drop)/(1 - p), low by at most 2^-16/(1 - p)
-// relative (6.8e-6 at p = 0.1). FlashAttention-2 compares 8-bit draws (p resolved to 1/255).
+// 1/(1-p), as nn.Dropout does, so E[y] = x·(1 - p_drop)/(1 - p), low by less than 2^-16/(1 - p)
+// relative (the bound is 1.7e-5 at p = 0.1; the bias there is 6.8e-6). FlashAttention-2 compares
+// 8-bit draws against an 8-bit threshold (its p_dropout_in_uint8_t).
 SEQBENCH_HD inline std::uint32_t dropout_draw(const PhiloxWords& words, unsigned j) {  // j = index & 7
   const std::uint32_t word = philox_word(words, j >> 1);
   return (j & 1u) != 0 ? word >> 16 : word & 0xffffu;

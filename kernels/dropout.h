@@ -13,7 +13,8 @@
 //   unfused baseline   1 byte   uint8 mask tensor (what PyTorch eager keeps)
 //   bit-packed         1/8 byte the forward writes 1 bit per element; backward reads it
 //   regenerate         0 bytes  backward redraws the mask from (seed, offset); costs one Philox
-//                               call per 8 elements in backward instead of a mask read
+//                               call per 8 elements in 16-bit (per 4 in fp32, which uses half a
+//                               call's draws) in backward instead of a mask read
 // kernels/NOTES-dropout-bias.md has the byte counts and the timing trade-off.
 //
 // Bit-packed layout: an array of little-endian uint32 words; bit j of word w is the keep bit of

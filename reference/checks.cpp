@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "core/philox.h"
 #include "reference/reference.h"
 
 namespace seqbench::ref {
@@ -332,13 +333,16 @@ std::vector<CheckResult> dropout_checks(std::uint64_t seed) {
                             Matrix(Matrix::Zero(rows, cols)), 0.0, description));
 
   // The Philox keep rate: over n = 64·64 draws with p = 0.3 the kept fraction is within 5 standard
-  // deviations sqrt(p(1-p)/n) ≈ 0.007 of 0.7 (a false alarm has probability below 1e-6). Compared
-  // as the standardized deviation z against 0 with tolerance 5.
+  // deviations sqrt(q(1-q)/n) ≈ 0.007 of 1 - q, q = dropout_drop_probability(0.3) the drop
+  // probability of the 16-bit draws (core/philox.h; a false alarm has probability below 1e-6).
+  // Compared as the standardized deviation z against 0 with tolerance 5.
   const KeepMask large = rng.keep_mask(64, 64, 0.3);
   const double kept = large.cast<double>().mean();
-  const double z = (kept - 0.7) / std::sqrt(0.3 * 0.7 / (64.0 * 64.0));
-  results.push_back(compare("reference/dropout/keep_rate", std::vector<double>{z}, std::vector<double>{0.0},
-                            5.0, "64x64 mask, p 0.3; z = (kept fraction - 0.7)/sigma, |z| <= 5"));
+  const double q = dropout_drop_probability(0.3f);
+  const double z = (kept - (1.0 - q)) / std::sqrt(q * (1.0 - q) / (64.0 * 64.0));
+  results.push_back(
+      compare("reference/dropout/keep_rate", std::vector<double>{z}, std::vector<double>{0.0}, 5.0,
+              "64x64 mask, p 0.3; z = (kept fraction - (1 - q))/sigma, q = ceil(p 2^16)/2^16, |z| <= 5"));
   return results;
 }
 

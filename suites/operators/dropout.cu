@@ -341,7 +341,8 @@ std::vector<CheckResult> keep_rate_checks(std::uint64_t seed) {
 }
 
 // Bitwise determinism: the same (seed, offset) twice gives identical outputs and masks; another
-// offset or seed gives a different mask, differing in a fraction 2p(1-p) of the bits within 4σ.
+// offset or seed gives a different mask, differing in a fraction 2q(1-q) of the bits within 4σ
+// (q = dropout_drop_probability(p)).
 template <class T>
 CheckResult determinism_check(std::uint64_t seed) {
   const std::size_t n = (std::size_t{1} << 20) + 3;
