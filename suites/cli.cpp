@@ -2,10 +2,14 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <ostream>
+#include <regex>
 #include <sstream>
 
 #include "core/build_info.h"
@@ -26,6 +30,94 @@ constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 // `seqbench run`: nothing failed, but the time budget (or a signal) left something unstarted.
 constexpr int kExitIncomplete = 3;
+
+// The suites' registry (their names), built once for every validator that needs it.
+const std::vector<SuiteSpec>& registered_suites() {
+  static const std::vector<SuiteSpec> suites = all_suites(SuiteOptions{});
+  return suites;
+}
+
+// Option values that name nothing (a suite, a table format) or do not parse (a regex, a number)
+// are usage errors, as CLI11's own are: exit 2, one line naming the option, the value and what is
+// accepted, checked at parse time, before anything runs or is written. The library functions that
+// take these values (find_suite, compile_filter, parse_table_format) check them again for their
+// other callers.
+CLI::Validator suite_name() {
+  std::string names;
+  for (const SuiteSpec& suite : registered_suites()) names += (names.empty() ? "" : ", ") + suite.name;
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        try {
+          find_suite(registered_suites(), name);
+          return "";
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      "SUITE in {" + names + "}");
+}
+
+CLI::Validator ecmascript_regex() {
+  return CLI::Validator(
+      [](std::string& pattern) -> std::string {
+        try {
+          std::regex(pattern, std::regex::ECMAScript);
+          return "";
+        } catch (const std::regex_error& e) {
+          return "invalid regex '" + pattern + "': " + e.what();
+        }
+      },
+      "REGEX");
+}
+
+CLI::Validator table_format_name() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        try {
+          parse_table_format(name);
+          return "";
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      "FORMAT");
+}
+
+// CLI11's PositiveNumber would print its range up to DBL_MAX in all 309 digits.
+CLI::Validator positive_seconds() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::size_t used = 0;
+        double seconds = 0.0;
+        try {
+          seconds = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !std::isfinite(seconds) || seconds <= 0.0)
+          return "'" + text + "' is not a number of seconds above 0";
+        return "";
+      },
+      "SECONDS > 0");
+}
+
+// CLI11 2.1 reads a uint64_t with strtoull in base 0: "-1" and 2^64 both become 2^64 - 1, "010"
+// is 8 and "0x10" 16. A seed is refused unless it is a plain decimal integer from 0 to 2^64 - 1,
+// without leading zeros.
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        static const std::string kMax = std::to_string(std::numeric_limits<std::uint64_t>::max());
+        const bool decimal =
+            !text.empty() && (text == "0" || text[0] != '0') &&
+            std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        // without leading zeros, equal lengths compare as the numbers do
+        if (!decimal || text.size() > kMax.size() || (text.size() == kMax.size() && text > kMax))
+          return "'" + text + "' is not an integer from 0 to " + kMax + " (decimal, no leading zeros)";
+        return "";
+      },
+      "UINT64");
+}
 
 std::filesystem::path default_reports_dir() {
   return std::filesystem::path(SEQBENCH_SOURCE_DIR) / "reports";
@@ -324,28 +416,31 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   std::string check_out;
   auto* check =
       app.add_subcommand("check", "correctness: references' gradient checks; GPU kernels against them");
-  check->add_option("--suite", check_options.suites, "only these suites (repeatable)");
-  check->add_option("--filter", check_options.filter, "ECMAScript regex over check names");
-  check->add_option("--seed", check_options.seed, "seed of every random draw");
+  check->add_option("--suite", check_options.suites, "only these suites (repeatable)")->check(suite_name());
+  check->add_option("--filter", check_options.filter, "ECMAScript regex over check names")
+      ->check(ecmascript_regex());
+  check->add_option("--seed", check_options.seed, "seed of every random draw")->check(unsigned_integer());
   check->add_option("--out", check_out, "also write the checks as a schema-v1 report to this file");
 
   RunOptions run_options;
   std::string run_out;
   std::string reports_dir = default_reports_dir().string();
   auto* run = app.add_subcommand("run", "run suites and write one schema-v1 report per suite");
-  run->add_option("--suite", run_options.suites, "only these suites (repeatable); default: all");
+  run->add_option("--suite", run_options.suites, "only these suites (repeatable); default: all")
+      ->check(suite_name());
   auto* run_filter = run->add_option("--filter", run_options.filter,
-                                     "ECMAScript regex over suite/experiment/variant and check names");
+                                     "ECMAScript regex over suite/experiment/variant and check names")
+                         ->check(ecmascript_regex());
   run->add_option("--out", run_out, "output folder (default: seqbench-out/<device>)");
   run->add_flag("--quick", run_options.quick, "smaller shapes and fewer samples");
-  run->add_option("--seed", run_options.seed, "seed of every random draw");
+  run->add_option("--seed", run_options.seed, "seed of every random draw")->check(unsigned_integer());
   run->add_option("--repetitions", run_options.repetitions, "Google Benchmark repetitions per variant")
       ->check(CLI::Range(1, 1000));
   run->add_option(
          "--budget-seconds", run_options.budget_seconds,
          "start no experiment once fewer seconds than the longest one so far (at least 10) are left of "
          "N from the start; what was not started is listed in the report's not_run (exit 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_seconds());
   run->add_option("--reports-dir", reports_dir, "committed reports, for tables when no GPU is present");
   run->add_flag("--keep-checks", run_options.keep_checks,
                 "a suite whose report (merged into) holds complete checks of this build keeps them "
@@ -357,7 +452,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   std::string table_output;
   auto* table = app.add_subcommand("table", "paper-style speedup tables from reports");
   table->add_option("reports", table_inputs, "report files")->required();
-  table->add_option("--format", table_format, "md or csv");
+  table->add_option("--format", table_format, "md or csv")->check(table_format_name());
   table->add_option("--output", table_output, "write to this file (atomically) instead of stdout");
 
   std::vector<std::string> targets_inputs;
@@ -373,8 +468,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   std::string dump_out;
   auto* dump = app.add_subcommand(
       "dump", "GPU: each experiment's inputs and fused outputs as .npy, for suites/pytorch's parity check");
-  dump->add_option("--suite", dump_options.suites, "only these suites (repeatable); default: all");
-  dump->add_option("--filter", dump_options.filter, "ECMAScript regex over suite/experiment names");
+  dump->add_option("--suite", dump_options.suites, "only these suites (repeatable); default: all")
+      ->check(suite_name());
+  dump->add_option("--filter", dump_options.filter, "ECMAScript regex over suite/experiment names")
+      ->check(ecmascript_regex());
   dump->add_option("--out", dump_out, "output folder")->required();
   dump->add_flag("--quick", dump_options.quick, "the --quick shapes");
 

@@ -64,11 +64,21 @@ class CliTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// An option value that names nothing is bad usage (exit 2), refused at parse time by every
+// command that takes the option, before anything runs or is written.
 TEST_F(CliTest, UnknownSuiteNamesTheValueAndTheKnownOnes) {
   const auto r = cli({"run", "--suite", "nope", "--out", (dir_ / "out").string()});
-  expect_one_line_error(r, 1, "unknown suite 'nope'");
+  expect_one_line_error(r, 2, "--suite: unknown suite 'nope'");
   EXPECT_NE(r.err.find("reference"), std::string::npos);
   EXPECT_EQ(files_in(dir_), 0u) << "an unknown suite must fail before anything is written";
+  // the second of two is checked too, and check and dump refuse it the same way
+  expect_one_line_error(
+      cli({"run", "--suite", "reference", "--suite", "nope2", "--out", (dir_ / "out").string()}), 2,
+      "unknown suite 'nope2'");
+  expect_one_line_error(cli({"check", "--suite", "nope"}), 2, "unknown suite 'nope'");
+  expect_one_line_error(cli({"dump", "--suite", "nope", "--out", (dir_ / "dump").string()}), 2,
+                        "unknown suite 'nope'");
+  EXPECT_EQ(files_in(dir_), 0u);
 }
 
 TEST_F(CliTest, UnknownOptionIsAUsageError) {
@@ -80,8 +90,37 @@ TEST_F(CliTest, UnknownOptionIsAUsageError) {
 
 TEST_F(CliTest, BadRegexIsRejectedBeforeRunning) {
   const auto r = cli({"run", "--filter", "(", "--out", (dir_ / "out").string()});
-  expect_one_line_error(r, 1, "invalid --filter regex '('");
+  expect_one_line_error(r, 2, "--filter: invalid regex '('");
+  expect_one_line_error(cli({"check", "--filter", "["}), 2, "--filter: invalid regex '['");
+  expect_one_line_error(cli({"dump", "--filter", "a{2", "--out", (dir_ / "dump").string()}), 2,
+                        "--filter: invalid regex 'a{2'");
   EXPECT_EQ(files_in(dir_), 0u);
+}
+
+TEST_F(CliTest, BadNumbersNameTheValueAndWhatIsAccepted) {
+  for (const char* bad : {"abc", "-1", "0", "1e999", "nan", "5s", ""}) {
+    const auto r = cli({"run", "--budget-seconds", bad, "--out", (dir_ / "out").string()});
+    expect_one_line_error(r, 2,
+                          std::string("--budget-seconds: '") + bad + "' is not a number of seconds above 0");
+    EXPECT_LT(r.err.size(), 200u) << "CLI11's range message prints DBL_MAX in full: " << r.err;
+  }
+  // CLI11 itself reads -1 and 2^64 as 2^64 - 1, and 010 as 8, without a word
+  for (const char* bad : {"-1", "+3", "1e3", "0x10", "010", "00", " 7", "", "18446744073709551616",
+                          "99999999999999999999", "184467440737095516150"}) {
+    expect_one_line_error(
+        cli({"check", "--suite", "memory", "--seed", bad}), 2,
+        std::string("--seed: '") + bad + "' is not an integer from 0 to 18446744073709551615");
+    expect_one_line_error(cli({"run", "--seed", bad, "--out", (dir_ / "out").string()}), 2, "--seed");
+  }
+  EXPECT_EQ(files_in(dir_), 0u);
+  // the ends of the range are seeds
+  for (const char* good : {"0", "7", "18446744073709551615"}) {
+    const auto out = dir_ / "checks.json";
+    const auto r = cli({"check", "--suite", "memory", "--seed", good, "--filter", "planner/over_limit",
+                        "--out", out.string()});
+    ASSERT_EQ(r.code, 0) << good << ": " << r.err;
+    EXPECT_EQ(read_report(out)["meta"]["seed"].get<std::uint64_t>(), std::stoull(good)) << good;
+  }
 }
 
 TEST_F(CliTest, UnwritableOutputFolder) {
@@ -119,7 +158,8 @@ TEST_F(CliTest, MalformedAndInvalidReportsLeaveNoOutput) {
 }
 
 TEST_F(CliTest, BadTableFormat) {
-  expect_one_line_error(cli({"table", "x.json", "--format", "xlsx"}), 1, "xlsx");
+  expect_one_line_error(cli({"table", "x.json", "--format", "xlsx"}), 2,
+                        "--format: unknown table format 'xlsx' (accepted: md, markdown, csv)");
 }
 
 TEST_F(CliTest, RunReferenceWritesAValidReportAndTables) {

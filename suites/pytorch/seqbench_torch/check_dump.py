@@ -17,7 +17,7 @@ import os
 import re
 
 from . import command, parity, precision
-from .errors import RunnerError, failure_reason
+from .errors import RunnerError, UsageError, failure_reason
 
 PROG = "check_dump"
 SUITES = ("operators", "layers")  # the suites parity.oracle_for has oracles for
@@ -76,7 +76,7 @@ def run(args, out):
     try:
         regex = re.compile(args.filter or ".*")
     except re.error as e:
-        raise RunnerError(f"invalid --filter regex '{args.filter}': {e}") from None
+        raise UsageError(f"invalid --filter regex '{args.filter}': {e}") from None
     if not os.path.isdir(args.dump):
         raise RunnerError(f"--dump folder '{args.dump}' not found (write it with `seqbench dump --out DIR`)")
     suites = suites_to_check(args.dump, args.suite)

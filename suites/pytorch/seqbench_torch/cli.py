@@ -15,7 +15,7 @@ import re
 
 from . import command, listing
 from .budget import Budget
-from .errors import RunnerError, Unmapped
+from .errors import RunnerError, Unmapped, UsageError
 from .families import FAMILIES, plan_for
 from .interrupt import Terminated, sigterm_raises
 from .policy import TimerPolicy
@@ -61,7 +61,7 @@ def compile_filter(text):
     try:
         return re.compile(text or ".*")
     except re.error as e:
-        raise RunnerError(f"invalid --filter regex '{text}': {e}") from None
+        raise UsageError(f"invalid --filter regex '{text}': {e}") from None
 
 
 def select_suites(all_suites, names):
@@ -69,9 +69,9 @@ def select_suites(all_suites, names):
     chosen = []
     for name in names or [n for n in FAMILIES if n in by_name]:
         if name not in by_name:
-            raise RunnerError(f"unknown suite '{name}' (known: {', '.join(by_name)})")
+            raise UsageError(f"unknown suite '{name}' (known: {', '.join(by_name)})")
         if name not in FAMILIES:
-            raise RunnerError(f"suite '{name}' has no PyTorch equivalent (mapped: {', '.join(FAMILIES)})")
+            raise UsageError(f"suite '{name}' has no PyTorch equivalent (mapped: {', '.join(FAMILIES)})")
         if by_name[name] not in chosen:
             chosen.append(by_name[name])
     return chosen

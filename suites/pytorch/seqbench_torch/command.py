@@ -1,11 +1,12 @@
 """What the runner's commands (run.py, check_dump.py, cpu_smoke.py) share: an argument parser whose
 usage errors are one line, and a main() that turns the runner's errors into one line on stderr
-and an exit code (2 bad usage, 1 a RunnerError or an interruption)."""
+and an exit code (2 bad usage: argparse's or a UsageError; 1 another RunnerError or an
+interruption)."""
 import argparse
 import contextlib
 import sys
 
-from .errors import RunnerError
+from .errors import RunnerError, UsageError
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -32,6 +33,9 @@ def main(prog, parser, run, argv=None, around=contextlib.nullcontext, errors=())
     try:
         with around():
             return run(args, sys.stdout)
+    except UsageError as e:
+        print(f"{prog}: error: {e} (see --help)", file=sys.stderr)
+        return EXIT_USAGE
     except RunnerError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_FAILURE

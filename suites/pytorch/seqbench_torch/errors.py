@@ -5,6 +5,11 @@ class RunnerError(Exception):
     """A problem the user can act on; cli.py prints it as `seqbench-pytorch: error: <message>`."""
 
 
+class UsageError(RunnerError):
+    """An option value that names nothing (a suite) or does not parse (a regex): bad usage, exit 2,
+    as seqbench's own; found after argparse where the check needs the binary's experiment list."""
+
+
 class Unmapped(Exception):
     """An experiment this runner has no PyTorch equivalent for (the reason says why)."""
 

@@ -40,7 +40,7 @@ class Commands(support.ScratchTest):
         self.assert_one_line_error(self.run_script(CHECK_DUMP, "--dump", self.dir), 1, "check_dump",
                                    "holds none of the folders operators, layers")
         dump = self.dump()
-        self.assert_one_line_error(self.run_script(CHECK_DUMP, "--dump", dump, "--filter", "("), 1, "check_dump",
+        self.assert_one_line_error(self.run_script(CHECK_DUMP, "--dump", dump, "--filter", "("), 2, "check_dump",
                                    "invalid --filter regex")
         # Nothing selected is an error, before torch is imported (a filter that matches nothing
         # must not pass as "0 failed").

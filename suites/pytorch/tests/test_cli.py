@@ -104,9 +104,10 @@ class Command(support.ScratchTest):
         self.assert_one_line_error(self.run_py("--seqbench", "x", "--bogus"), 2, "--bogus")
         self.assert_one_line_error(self.run_py("--seqbench", self.path("absent")), 1, "not found or not executable")
         binary = support.seqbench_binary()
-        self.assert_one_line_error(self.run_py("--seqbench", binary, "--filter", "("), 1, "invalid --filter regex '('")
-        self.assert_one_line_error(self.run_py("--seqbench", binary, "--suite", "nope"), 1, "unknown suite 'nope'")
-        self.assert_one_line_error(self.run_py("--seqbench", binary, "--suite", "memory"), 1,
+        # values that name nothing or do not parse are bad usage too (2), as in seqbench itself
+        self.assert_one_line_error(self.run_py("--seqbench", binary, "--filter", "("), 2, "invalid --filter regex '('")
+        self.assert_one_line_error(self.run_py("--seqbench", binary, "--suite", "nope"), 2, "unknown suite 'nope'")
+        self.assert_one_line_error(self.run_py("--seqbench", binary, "--suite", "memory"), 2,
                                    "suite 'memory' has no PyTorch equivalent")
 
     def test_a_missing_parity_folder_is_named_before_torch_is_needed(self):
