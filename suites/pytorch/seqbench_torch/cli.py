@@ -36,7 +36,7 @@ def parser():
                    "variants being torch_eager, torch_compile, torch_fused")
     p.add_argument("--out", default="", help="output folder (default: seqbench-out/<device>)")
     p.add_argument("--quick", action="store_true", help="the --quick shapes and fewer samples")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of every random draw")
+    p.add_argument("--seed", type=seed, default=DEFAULT_SEED, help="seed of every random draw (0 to 2^64 - 1)")
     p.add_argument("--parity", default="", metavar="DUMP_DIR",
                    help="also hold seqbench's outputs dumped there (`seqbench dump --out DUMP_DIR`) against PyTorch's "
                    "on the same inputs; the differences land in the reports' checks")
@@ -55,6 +55,15 @@ def budget_seconds(text):
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"--budget-seconds {text!r} is not a positive number of seconds")
     return value
+
+
+def seed(text):
+    """A seed as seqbench takes one: a plain decimal from 0 to 2^64 - 1 (int() alone takes -5,
+    which the report schema refuses (meta.seed is non-negative), and 010 as 10)."""
+    if not (text.isascii() and text.isdigit()) or (len(text) > 1 and text[0] == "0") or int(text) >= 2**64:
+        raise argparse.ArgumentTypeError(f"--seed {text!r} is not an integer from 0 to {2**64 - 1} "
+                                         "(decimal, no leading zeros)")
+    return int(text)
 
 
 def compile_filter(text):

@@ -90,6 +90,11 @@ class Command(support.ScratchTest):
         self.assertEqual(proc.returncode, 1, err)
         self.assertEqual(err.splitlines(), ["seqbench-pytorch: error: terminated by SIGTERM (nothing measured yet)"])
 
+    def test_seeds_at_the_ends_of_the_range_are_taken(self):
+        from seqbench_torch import cli
+        for text, value in (("0", 0), ("7", 7), ("18446744073709551615", 2**64 - 1)):
+            self.assertEqual(cli.parser().parse_args(["--seqbench", "x", "--seed", text]).seed, value)
+
     def test_the_exit_codes_agree(self):
         from seqbench_torch import cli, measure
         self.assertEqual(cli.EXIT_INCOMPLETE, measure.EXIT_INCOMPLETE)
@@ -102,6 +107,10 @@ class Command(support.ScratchTest):
     def test_usage_errors(self):
         self.assert_one_line_error(self.run_py(), 2, "--seqbench")
         self.assert_one_line_error(self.run_py("--seqbench", "x", "--bogus"), 2, "--bogus")
+        # seeds as seqbench takes them: the report schema refuses a negative meta.seed
+        for bad in ("-5", "+3", "010", "0x10", "1e3", " 7", "", "18446744073709551616", "٣"):
+            self.assert_one_line_error(self.run_py("--seqbench", "x", "--seed", bad), 2,
+                                       f"--seed {bad!r} is not an integer from 0 to 18446744073709551615")
         self.assert_one_line_error(self.run_py("--seqbench", self.path("absent")), 1, "not found or not executable")
         binary = support.seqbench_binary()
         # values that name nothing or do not parse are bad usage too (2), as in seqbench itself
