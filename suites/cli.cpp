@@ -101,22 +101,25 @@ CLI::Validator positive_seconds() {
       "SECONDS > 0");
 }
 
-// CLI11 2.1 reads a uint64_t with strtoull in base 0: "-1" and 2^64 both become 2^64 - 1, "010"
-// is 8 and "0x10" 16. A seed is refused unless it is a plain decimal integer from 0 to 2^64 - 1,
-// without leading zeros.
-CLI::Validator unsigned_integer() {
+// CLI11 2.1 reads integers with strto(u)ll in base 0: "-1" and 2^64 both become 2^64 - 1 in a
+// uint64_t, "010" is 8 and "0x10" 16. An integer option takes a plain decimal in [lo, hi], without
+// leading zeros, and is refused otherwise with that range.
+CLI::Validator decimal_integer(std::uint64_t lo, std::uint64_t hi) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
-        static const std::string kMax = std::to_string(std::numeric_limits<std::uint64_t>::max());
+      [lo, hi](std::string& text) -> std::string {
+        const std::string max_text = std::to_string(std::numeric_limits<std::uint64_t>::max());
         const bool decimal =
             !text.empty() && (text == "0" || text[0] != '0') &&
             std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
         // without leading zeros, equal lengths compare as the numbers do
-        if (!decimal || text.size() > kMax.size() || (text.size() == kMax.size() && text > kMax))
-          return "'" + text + "' is not an integer from 0 to " + kMax + " (decimal, no leading zeros)";
+        const bool fits = decimal && (text.size() < max_text.size() ||
+                                      (text.size() == max_text.size() && text <= max_text));
+        if (!fits || std::stoull(text) < lo || std::stoull(text) > hi)
+          return "'" + text + "' is not an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                 " (decimal, no leading zeros)";
         return "";
       },
-      "UINT64");
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 std::filesystem::path default_reports_dir() {
@@ -419,7 +422,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   check->add_option("--suite", check_options.suites, "only these suites (repeatable)")->check(suite_name());
   check->add_option("--filter", check_options.filter, "ECMAScript regex over check names")
       ->check(ecmascript_regex());
-  check->add_option("--seed", check_options.seed, "seed of every random draw")->check(unsigned_integer());
+  check->add_option("--seed", check_options.seed, "seed of every random draw")
+      ->check(decimal_integer(0, std::numeric_limits<std::uint64_t>::max()));
   check->add_option("--out", check_out, "also write the checks as a schema-v1 report to this file");
 
   RunOptions run_options;
@@ -433,9 +437,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                          ->check(ecmascript_regex());
   run->add_option("--out", run_out, "output folder (default: seqbench-out/<device>)");
   run->add_flag("--quick", run_options.quick, "smaller shapes and fewer samples");
-  run->add_option("--seed", run_options.seed, "seed of every random draw")->check(unsigned_integer());
+  run->add_option("--seed", run_options.seed, "seed of every random draw")
+      ->check(decimal_integer(0, std::numeric_limits<std::uint64_t>::max()));
   run->add_option("--repetitions", run_options.repetitions, "Google Benchmark repetitions per variant")
-      ->check(CLI::Range(1, 1000));
+      ->check(decimal_integer(1, 1000));
   run->add_option(
          "--budget-seconds", run_options.budget_seconds,
          "start no experiment once fewer seconds than the longest one so far (at least 10) are left of "

@@ -86,6 +86,9 @@ TEST_F(CliTest, UnknownOptionIsAUsageError) {
   expect_one_line_error(cli({"frobnicate"}), 2, "frobnicate");
   expect_one_line_error(cli({}), 2, "subcommand");
   expect_one_line_error(cli({"run", "--repetitions", "0"}), 2, "repetitions");
+  for (const char* bad : {"0", "1001", "010", "-1", "0x10", "2.5", "18446744073709551617"})
+    expect_one_line_error(cli({"run", "--repetitions", bad}), 2,
+                          std::string("--repetitions: '") + bad + "' is not an integer from 1 to 1000");
 }
 
 TEST_F(CliTest, BadRegexIsRejectedBeforeRunning) {
