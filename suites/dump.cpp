@@ -13,6 +13,7 @@
 #include "suites/experiment.h"
 #include "suites/npy.h"
 #include "suites/report.h"
+#include "suites/runner.h"
 
 namespace seqbench {
 
@@ -115,12 +116,7 @@ std::size_t write_dump_folder(const std::filesystem::path& dir, const std::strin
 DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
   const DeviceProbe probe = probe_device(0);
   SEQBENCH_REQUIRE(probe.info.has_value(), "seqbench dump needs a GPU: " << probe.reason);
-  std::regex re;
-  try {
-    re = std::regex(options.filter.empty() ? std::string(".*") : options.filter, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    SEQBENCH_FAIL("invalid --filter regex '" << options.filter << "': " << e.what());
-  }
+  const std::regex re = compile_filter(options.filter);
   const std::vector<SuiteSpec> all = all_suites(SuiteOptions{options.quick});
   std::vector<const SuiteSpec*> selected;
   for (const SuiteSpec& s : all)

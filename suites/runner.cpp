@@ -29,7 +29,6 @@
 #include "suites/text_format.h"
 
 namespace seqbench {
-namespace {
 
 std::regex compile_filter(const std::string& filter) {
   try {
@@ -38,6 +37,8 @@ std::regex compile_filter(const std::string& filter) {
     SEQBENCH_FAIL("invalid --filter regex '" << filter << "': " << e.what());
   }
 }
+
+namespace {
 
 std::vector<const SuiteSpec*> select_suites(const std::vector<SuiteSpec>& all,
                                             const std::vector<std::string>& names) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iosfwd>
 #include <optional>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,10 @@ struct RunResult {
 // "run/<suite>/<experiment>/<variant>" with the error (counted in failed_checks), so one
 // unsupported case costs neither the other measurements nor the exit status.
 RunResult run_suites(const RunOptions& options, std::ostream& log);
+
+// The --filter regex (ECMAScript; empty selects everything) of run, check and dump, or
+// seqbench::Error "invalid --filter regex '<filter>': <why>".
+std::regex compile_filter(const std::string& filter);
 
 struct CheckOptions {
   std::vector<std::string> suites;

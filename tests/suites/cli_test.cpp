@@ -93,20 +93,30 @@ TEST_F(CliTest, UnknownOptionIsAUsageError) {
 
 TEST_F(CliTest, BadRegexIsRejectedBeforeRunning) {
   const auto r = cli({"run", "--filter", "(", "--out", (dir_ / "out").string()});
-  expect_one_line_error(r, 2, "--filter: invalid regex '('");
-  expect_one_line_error(cli({"check", "--filter", "["}), 2, "--filter: invalid regex '['");
+  expect_one_line_error(r, 2, "--filter: invalid --filter regex '('");
+  expect_one_line_error(cli({"check", "--filter", "["}), 2, "--filter: invalid --filter regex '['");
   expect_one_line_error(cli({"dump", "--filter", "a{2", "--out", (dir_ / "dump").string()}), 2,
-                        "--filter: invalid regex 'a{2'");
+                        "--filter: invalid --filter regex 'a{2'");
   EXPECT_EQ(files_in(dir_), 0u);
 }
 
 TEST_F(CliTest, BadNumbersNameTheValueAndWhatIsAccepted) {
-  for (const char* bad : {"abc", "-1", "0", "1e999", "nan", "5s", ""}) {
+  for (const char* bad :
+       {"abc", "-1", "0", "-0", "1e999", "nan", "inf", "5s", "", " 5", "5 ", "+5", "0x10", "1,5"}) {
     const auto r = cli({"run", "--budget-seconds", bad, "--out", (dir_ / "out").string()});
     expect_one_line_error(r, 2,
                           std::string("--budget-seconds: '") + bad + "' is not a number of seconds above 0");
     EXPECT_LT(r.err.size(), 200u) << "CLI11's range message prints DBL_MAX in full: " << r.err;
   }
+  // taken (a budget under 10 s starts nothing: exit 3, "incomplete")
+  for (const char* good : {"1", "0.5", "2.5e1", "1e-3"}) {
+    const auto r =
+        cli({"run", "--suite", "reference", "--budget-seconds", good, "--filter", "^no-such-thing$", "--out",
+             (dir_ / "good").string(), "--reports-dir", (dir_ / "none").string()});
+    EXPECT_NE(r.code, 2) << good << ": " << r.err;
+    EXPECT_TRUE(r.err.empty()) << good << ": " << r.err;
+  }
+  fs::remove_all(dir_ / "good");
   // CLI11 itself reads -1 and 2^64 as 2^64 - 1, and 010 as 8, without a word
   for (const char* bad : {"-1", "+3", "1e3", "0x10", "010", "00", " 7", "", "18446744073709551616",
                           "99999999999999999999", "184467440737095516150"}) {
@@ -161,6 +171,8 @@ TEST_F(CliTest, MalformedAndInvalidReportsLeaveNoOutput) {
 }
 
 TEST_F(CliTest, BadTableFormat) {
+  for (const char* good : {"md", "markdown", "csv"})
+    EXPECT_NE(cli({"table", "x.json", "--format", good}).err.find("not found"), std::string::npos) << good;
   expect_one_line_error(cli({"table", "x.json", "--format", "xlsx"}), 2,
                         "--format: unknown table format 'xlsx' (accepted: md, markdown, csv)");
 }
@@ -362,7 +374,7 @@ TEST_F(CliTest, KeepChecksNeedsANonEmptyFilter) {
   expect_one_line_error(cli(base), 2, "--keep-checks");  // CLI11: it needs --filter
   auto empty_filter = base;
   empty_filter.insert(empty_filter.end(), {"--filter", ""});
-  expect_one_line_error(cli(empty_filter), 1, "--keep-checks needs a non-empty --filter");
+  expect_one_line_error(cli(empty_filter), 2, "--keep-checks needs a non-empty --filter");
   EXPECT_EQ(files_in(dir_ / "out"), 0u);  // refused before anything ran
 }
 

@@ -61,6 +61,12 @@ class Commands(support.ScratchTest):
         self.assert_one_line_error(self.run_script(CPU_SMOKE), 2, "cpu_smoke", "--seqbench")
         done = self.run_script(CPU_SMOKE, "--seqbench", support.seqbench_binary(), fake_torch=NO_TORCH)
         self.assert_one_line_error(done, 1, "cpu_smoke", "PyTorch is not importable")
+        # an option value that names nothing or does not parse is bad usage, before torch is needed
+        binary = support.seqbench_binary()
+        self.assert_one_line_error(self.run_script(CPU_SMOKE, "--seqbench", binary, "--suite", "nope",
+                                                   fake_torch=NO_TORCH), 2, "cpu_smoke", "invalid choice: 'nope'")
+        self.assert_one_line_error(self.run_script(CPU_SMOKE, "--seqbench", binary, "--filter", "(",
+                                                   fake_torch=NO_TORCH), 2, "cpu_smoke", "invalid --filter regex")
 
     def test_cpu_smoke_finds_the_tensors_of_a_result(self):
         class T:  # stands in for a tensor: what tensors() looks for
