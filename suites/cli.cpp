@@ -11,6 +11,7 @@
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include "core/build_info.h"
 #include "core/device_info.h"
@@ -41,46 +42,34 @@ const std::vector<SuiteSpec>& registered_suites() {
 // are usage errors, as CLI11's own are: exit 2, one line naming the option, the value and what is
 // accepted, checked at parse time, before anything runs or is written. The library functions that
 // take these values (find_suite, compile_filter, parse_table_format) check them again for their
-// other callers.
+// other callers; `refusing` makes a validator of one: the seqbench::Error it throws is the refusal.
+template <class Check>
+CLI::Validator refusing(Check check, std::string description) {
+  return CLI::Validator(
+      [check](std::string& value) -> std::string {
+        try {
+          check(value);
+          return "";
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      std::move(description));
+}
+
 CLI::Validator suite_name() {
   std::string names;
   for (const SuiteSpec& suite : registered_suites()) names += (names.empty() ? "" : ", ") + suite.name;
-  return CLI::Validator(
-      [](std::string& name) -> std::string {
-        try {
-          find_suite(registered_suites(), name);
-          return "";
-        } catch (const Error& e) {
-          return e.message();
-        }
-      },
-      "SUITE in {" + names + "}");
+  return refusing([](const std::string& name) { find_suite(registered_suites(), name); },
+                  "SUITE in {" + names + "}");
 }
 
 CLI::Validator ecmascript_regex() {
-  return CLI::Validator(
-      [](std::string& pattern) -> std::string {
-        try {
-          (void)compile_filter(pattern);
-          return "";
-        } catch (const Error& e) {
-          return e.message();
-        }
-      },
-      "REGEX");
+  return refusing([](const std::string& pattern) { (void)compile_filter(pattern); }, "REGEX");
 }
 
 CLI::Validator table_format_name() {
-  return CLI::Validator(
-      [](std::string& name) -> std::string {
-        try {
-          parse_table_format(name);
-          return "";
-        } catch (const Error& e) {
-          return e.message();
-        }
-      },
-      "FORMAT");
+  return refusing([](const std::string& name) { parse_table_format(name); }, "FORMAT");
 }
 
 // A number of seconds above 0, written as a plain decimal (std::from_chars' general format: no
