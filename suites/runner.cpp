@@ -30,7 +30,36 @@
 
 namespace seqbench {
 
+// libstdc++'s std::regex compiles recursively: a pattern of 100K characters, or groups nested
+// 20000 deep, overflowed the stack here (a segfault), where 64K characters of any form tried and
+// 5000 nested groups compiled. The longest filter seqbench itself writes (tools/resume_filter.py,
+// the whole operators suite) is about 14K characters and 2 groups deep.
+constexpr std::size_t kMaxFilterLength = 65536;
+constexpr int kMaxFilterNesting = 256;
+
 std::regex compile_filter(const std::string& filter) {
+  SEQBENCH_REQUIRE(filter.size() <= kMaxFilterLength,
+                   "invalid --filter regex: it is " << filter.size() << " characters long, the limit is "
+                                                    << kMaxFilterLength);
+  int depth = 0, deepest = 0;
+  bool in_class = false;
+  for (std::size_t i = 0; i < filter.size(); ++i) {
+    const char c = filter[i];
+    if (c == '\\') {
+      ++i;  // an escaped character is itself
+    } else if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+    } else if (c == '(') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ')') {
+      --depth;
+    }
+  }
+  SEQBENCH_REQUIRE(deepest <= kMaxFilterNesting, "invalid --filter regex: its groups nest "
+                                                     << deepest << " deep, the limit is "
+                                                     << kMaxFilterNesting);
   try {
     return std::regex(filter.empty() ? std::string(".*") : filter, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {

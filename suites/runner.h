@@ -76,7 +76,9 @@ struct RunResult {
 RunResult run_suites(const RunOptions& options, std::ostream& log);
 
 // The --filter regex (ECMAScript; empty selects everything) of run, check and dump, or
-// seqbench::Error "invalid --filter regex '<filter>': <why>".
+// seqbench::Error "invalid --filter regex ...": one that does not parse, or is longer than 64K
+// characters or nests groups more than 256 deep (std::regex's recursive compiler would overflow
+// the stack on such patterns; runner.cpp says where the limits come from).
 std::regex compile_filter(const std::string& filter);
 
 struct CheckOptions {

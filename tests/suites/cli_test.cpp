@@ -97,6 +97,19 @@ TEST_F(CliTest, BadRegexIsRejectedBeforeRunning) {
   expect_one_line_error(cli({"check", "--filter", "["}), 2, "--filter: invalid --filter regex '['");
   expect_one_line_error(cli({"dump", "--filter", "a{2", "--out", (dir_ / "dump").string()}), 2,
                         "--filter: invalid --filter regex 'a{2'");
+  // Patterns std::regex's recursive compiler would overflow the stack on (a crash, not a message):
+  // refused by length and by nesting, each at its limit + 1.
+  const auto nested = [](int n) { return std::string(n, '(') + "a" + std::string(n, ')'); };
+  expect_one_line_error(cli({"check", "--filter", std::string(65537, 'a')}), 2,
+                        "it is 65537 characters long, the limit is 65536");
+  expect_one_line_error(cli({"check", "--filter", nested(257)}), 2,
+                        "its groups nest 257 deep, the limit is 256");
+  // at the limits they are taken; escaped and bracketed parentheses are not groups
+  for (const std::string& good : {std::string(65536, 'a'), nested(256), "\\(" + nested(256) + "\\)",
+                                  "[(]" + nested(256), std::string(300, '[') + "]"}) {
+    const auto r = cli({"check", "--suite", "memory", "--filter", good});
+    EXPECT_NE(r.code, 2) << good.substr(0, 40) << "...: " << r.err;
+  }
   EXPECT_EQ(files_in(dir_), 0u);
 }
 
