@@ -741,21 +741,25 @@ struct SuiteReport {  // NOLINT(bugprone-exception-escape)
 
 }  // namespace
 
-RunResult run_suites(const RunOptions& options, std::ostream& log) {
-  // From here on a SIGTERM ends the run with its reports written (the CUDA probe can take seconds).
-  const runner_detail::StopSignalScope signals;
+void require_valid_run_options(const RunOptions& options) {
   SEQBENCH_REQUIRE(options.repetitions >= 1 && options.repetitions <= 1000,
                    "--repetitions " << options.repetitions << " is outside 1..1000");
   SEQBENCH_REQUIRE(!options.budget_seconds || *options.budget_seconds > 0,
                    "--budget-seconds " << *options.budget_seconds << " is not a positive number of seconds");
+  SEQBENCH_REQUIRE(!options.keep_checks || !options.filter.empty(),
+                   "--keep-checks needs a non-empty --filter: a run without one replaces the suite's report, "
+                   "so there are no checks to keep");
+}
+
+RunResult run_suites(const RunOptions& options, std::ostream& log) {
+  // From here on a SIGTERM ends the run with its reports written (the CUDA probe can take seconds).
+  const runner_detail::StopSignalScope signals;
+  require_valid_run_options(options);
   Budget budget;
   budget.seconds = options.budget_seconds;
   const std::vector<SuiteSpec> all = all_suites(SuiteOptions{options.quick});
   const std::vector<const SuiteSpec*> selected = select_suites(all, options.suites);
   const std::regex re = compile_filter(options.filter);
-  SEQBENCH_REQUIRE(!options.keep_checks || !options.filter.empty(),
-                   "--keep-checks needs a non-empty --filter: a run without one replaces the suite's report, "
-                   "so there are no checks to keep");
   RunResult result;
   result.out_dir = options.out_dir;
   if (!result.out_dir.empty()) prepare_out_dir(result.out_dir);  // before the (slow) probe

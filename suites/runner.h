@@ -55,6 +55,11 @@ struct RunResult {
   bool gpu = false;               // whether the run saw a device
 };
 
+// Throws seqbench::Error for a combination of options run_suites refuses (a repetition count or a
+// budget out of range, --keep-checks without a non-empty filter); run_suites calls it first, and
+// the command line before it runs anything, as a usage error.
+void require_valid_run_options(const RunOptions& options);
+
 // Throws seqbench::Error (before anything long starts) for an unknown suite, a bad regex, a bad
 // repetition count, an output folder that cannot be written, a filtered run whose existing report
 // cannot take its part (another suite, device, git sha -- or an unknown one -- or quick setting), or
