@@ -1132,6 +1132,17 @@ std::size_t sort_temp_bytes(std::int64_t n, int bits, const char* op) {
 }  // namespace
 
 void require_embedding_args(const EmbeddingShape& shape, const EmbeddingConfig& config, const char* op) {
+  // Every path below branches on these two (the workspace's layout on `positions == sinusoidal`,
+  // the launch on `positions == learned`): a value outside the enum would size one path and run
+  // another.
+  SEQBENCH_REQUIRE(
+      config.positions == PositionEncoding::sinusoidal || config.positions == PositionEncoding::learned,
+      op << ": unknown position encoding " << static_cast<int>(config.positions)
+         << " (expected sinusoidal or learned)");
+  SEQBENCH_REQUIRE(
+      config.indexing == PositionIndexing::slot || config.indexing == PositionIndexing::nonpad_count,
+      op << ": unknown position indexing " << static_cast<int>(config.indexing)
+         << " (expected slot or nonpad_count)");
   SEQBENCH_REQUIRE(shape.batch >= 0 && shape.len >= 0,
                    op << ": batch " << shape.batch << " x len " << shape.len << " is negative");
   SEQBENCH_REQUIRE(shape.len == 0 || shape.batch <= kMaxTokens / shape.len,

@@ -545,6 +545,14 @@ std::size_t tensor_bytes(DType dtype, const SoftmaxShape& s) {
   return static_cast<std::size_t>(s.rows()) * static_cast<std::size_t>(s.k_len) * dtype_size(dtype);
 }
 
+// The unfused launchers write their intermediates (z, t, the row statistics) into the workspace
+// while later kernels still read the tensors: a workspace on any of them changes the result.
+void require_workspace_disjoint(const char* what, const void* workspace, std::size_t needed, const char* name,
+                                const void* tensor, std::size_t tensor_bytes) {
+  SEQBENCH_REQUIRE(tensor == nullptr || !bytes_overlap(workspace, needed, tensor, tensor_bytes),
+                   what << ": workspace (its first " << needed << " bytes) overlaps " << name);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -888,6 +896,11 @@ void launch_softmax_forward_unfused(T* y, const T* x, const SoftmaxShape& shape,
   if (!validate_forward(kWhat, y, x, shape, scale, mask)) return;
   const UnfusedForwardLayout l = unfused_forward_layout(DTypeTraits<T>::dtype, shape);
   require_workspace(kWhat, workspace, workspace_bytes, l.total);
+  const std::size_t bytes = tensor_bytes(DTypeTraits<T>::dtype, shape);
+  require_workspace_disjoint(kWhat, workspace, l.total, "x", x, bytes);
+  require_workspace_disjoint(kWhat, workspace, l.total, "y", y, bytes);
+  require_workspace_disjoint(kWhat, workspace, l.total, "key_lengths", mask.key_lengths,
+                             static_cast<std::size_t>(shape.batch) * sizeof(std::int32_t));
   auto* base = static_cast<unsigned char*>(workspace);
   T* z = reinterpret_cast<T*>(base + l.z);
   auto* mx = reinterpret_cast<float*>(base + l.max);
@@ -913,6 +926,10 @@ void launch_softmax_backward_unfused(T* dx, const T* dy, const T* y, const Softm
   if (!validate_backward(kWhat, dx, dy, y, shape, scale)) return;
   const std::size_t needed = softmax_unfused_backward_workspace_bytes(DTypeTraits<T>::dtype, shape);
   require_workspace(kWhat, workspace, workspace_bytes, needed);
+  const std::size_t bytes = tensor_bytes(DTypeTraits<T>::dtype, shape);
+  require_workspace_disjoint(kWhat, workspace, needed, "dx", dx, bytes);
+  require_workspace_disjoint(kWhat, workspace, needed, "dy", dy, bytes);
+  require_workspace_disjoint(kWhat, workspace, needed, "y", y, bytes);
   auto* base = static_cast<unsigned char*>(workspace);
   T* t = reinterpret_cast<T*>(base);
   auto* dot =

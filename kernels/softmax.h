@@ -167,7 +167,8 @@ class SoftmaxTuner {
 // --- the unfused baseline ---------------------------------------------------------------------
 // Eager PyTorch's decomposed attention softmax, one op per kernel, intermediates in T, the
 // elementwise ops moving 16-byte vectors as eager's vectorized elementwise kernel does
-// (kernels/eager_map.h), workspace from the caller (256-byte aligned, at least the bytes below):
+// (kernels/eager_map.h), workspace from the caller (256-byte aligned, at least the bytes below, and
+// apart from every tensor of the call: its first bytes are refused where they overlap one):
 //   forward, 5 kernels: z = scale·x (elementwise, T) -> masked_fill(z, -inf) (elementwise, only when
 //   a mask is given) -> row max (row reduce) -> e = exp(z - max) with row sums (row reduce, e in T)
 //   -> y = e / sum (elementwise; 0 for fully-masked rows; in a NaN row, as in eager, the masked

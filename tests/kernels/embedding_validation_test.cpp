@@ -159,6 +159,33 @@ TEST(EmbeddingArgs, RejectBadShapesAndConfigs) {
   EXPECT_NO_THROW(require_embedding_args(shape_of(0, 0, 1, 1), ok, "op"));
 }
 
+// An enum value outside PositionEncoding or PositionIndexing (a cast, a corrupt config) is refused
+// by every entry point: the workspace sizing read `positions == sinusoidal` and the launch
+// `positions == learned`, so the value 2 sized no workspace and then wrote the sinusoid
+// frequencies through it (a segfault under simt).
+TEST(EmbeddingArgs, RejectPositionEnumsOutsideTheirValues) {
+  EmbeddingConfig c;
+  c.positions = static_cast<PositionEncoding>(2);
+  const EmbeddingShape s = shape_of(1, 4, 8, 10);
+  expect_error([&] { require_embedding_args(s, c, "op"); },
+               "op: unknown position encoding 2 (expected sinusoidal or learned)");
+  expect_error([&] { (void)embedding_fwd_workspace_bytes(s, c); },
+               "embedding_fwd_workspace_bytes: unknown position encoding 2");
+  expect_error([&] { (void)embedding_bwd_atomic_workspace_bytes(s, c, false); },
+               "unknown position encoding 2");
+  float* y = fake<float>(1);
+  expect_error(
+      [&] {
+        launch_embedding_fwd<float>(y, fake<std::int32_t>(2), fake<float>(3), fake<float>(4), s, c, nullptr,
+                                    0, nullptr);
+      },
+      "unknown position encoding 2");
+  c = EmbeddingConfig{};
+  c.indexing = static_cast<PositionIndexing>(-1);
+  expect_error([&] { require_embedding_args(s, c, "op"); },
+               "op: unknown position indexing -1 (expected slot or nonpad_count)");
+}
+
 TEST(EmbeddingLaunchers, ValidateBeforeAnythingElse) {
   const EmbeddingShape s = shape_of(2, 4, 8, 10, 4);
   const EmbeddingConfig c = learned_config();

@@ -213,6 +213,38 @@ TEST(SoftmaxValidation, UnfusedWorkspace) {
                "softmax_backward_unfused: workspace is null");
 }
 
+// The unfused launchers keep intermediates in the workspace while later kernels read the tensors:
+// a workspace on x, y, key_lengths, dx or dy (at its start or anywhere in its needed bytes) is
+// refused, as it would silently change the result (a workspace on dy gave dx off by 4e-3 in f32).
+TEST(SoftmaxValidation, UnfusedWorkspaceApartFromEveryTensor) {
+  float *y = fake<float>(1), *x = fake<float>(2), *dy = fake<float>(3);
+  auto* lengths = fake<std::int32_t>(4);
+  const SoftmaxShape s{2, 2, 2, 100};  // 3200 bytes a tensor
+  const std::size_t fwd = softmax_unfused_forward_workspace_bytes(DType::f32, s);
+  const std::size_t bwd = softmax_unfused_backward_workspace_bytes(DType::f32, s);
+  SoftmaxMask masked;
+  masked.key_lengths = lengths;
+  const auto forward = [&](void* ws) {
+    launch_softmax_forward_unfused<float>(y, x, s, 1.0f, masked, ws, fwd, nullptr);
+  };
+  const auto backward = [&](float* dx, void* ws) {
+    launch_softmax_backward_unfused<float>(dx, dy, y, s, 1.0f, ws, bwd, nullptr);
+  };
+  expect_error([&] { forward(x); }, "softmax_forward_unfused: workspace (its first 3840 bytes) overlaps x");
+  expect_error([&] { forward(fake<void>(2, 3072)); }, "overlaps x");  // the last 128 bytes of x
+  expect_error([&] { forward(y); }, "overlaps y");
+  expect_error([&] { forward(fake<void>(0, (1u << 28) - 3584)); }, "overlaps y");  // ends 256 B into y
+  expect_error([&] { forward(lengths); }, "overlaps key_lengths");
+  float* dx = fake<float>(5);
+  expect_error([&] { backward(dx, dx); },
+               "softmax_backward_unfused: workspace (its first 3584 bytes) overlaps dx");
+  expect_error([&] { backward(dx, dy); }, "overlaps dy");
+  expect_error([&] { backward(dx, fake<void>(3, 2816)); }, "overlaps dy");
+  expect_error([&] { backward(dx, y); }, "overlaps y");
+  // In place (dx == dy) is allowed; the workspace on both is not.
+  expect_error([&] { backward(dy, dy); }, "overlaps dx");
+}
+
 TEST(SoftmaxTunerHost, RefusesInPlaceAndBadArgumentsAndStartsEmpty) {
   expect_error([] { SoftmaxTuner t(0); }, "repetitions 0 must be in [1, 1000]");
   SoftmaxTuner tuner(3);
