@@ -67,6 +67,13 @@ void launch_convert(void* dst, DType dst_dtype, const void* src, DType src_dtype
                    "convert: scaling other than none needs the device StepControl, got null");
   const auto d = reinterpret_cast<std::uintptr_t>(dst);
   const auto s = reinterpret_cast<std::uintptr_t>(src);
+  // The kernels access whole elements (a misaligned one faults on the device).
+  SEQBENCH_REQUIRE(d % dtype_size(dst_dtype) == 0, "convert: dst " << dst << " is not aligned to its "
+                                                                   << dtype_size(dst_dtype) << "-byte "
+                                                                   << dtype_name(dst_dtype) << " elements");
+  SEQBENCH_REQUIRE(s % dtype_size(src_dtype) == 0, "convert: src " << src << " is not aligned to its "
+                                                                   << dtype_size(src_dtype) << "-byte "
+                                                                   << dtype_name(src_dtype) << " elements");
   const std::size_t dst_bytes = count * dtype_size(dst_dtype), src_bytes = count * dtype_size(src_dtype);
   SEQBENCH_REQUIRE(d + dst_bytes <= s || s + src_bytes <= d,
                    "convert: destination [" << dst << ", +" << dst_bytes << ") overlaps source [" << src

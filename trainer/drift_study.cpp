@@ -203,7 +203,13 @@ DriftResult run_drift_case(const DriftStudyOptions& options, DType dtype, Precis
                    "drift study: params " << options.params << ", samples " << options.samples << ", steps "
                                           << options.steps << " must all be >= 1");
   validate_optimizer_config(options.config);
-  validate_step_values(options.lr, 0.0);
+  validate_step_values(options.config, options.lr, 0.0);
+  // The drift is relative to how far the reference moved: lr = 0 moves nothing (0 / 0).
+  SEQBENCH_REQUIRE(options.lr > 0.0, "drift study: lr " << options.lr
+                                                        << " must be > 0 (the drift is relative to the "
+                                                           "reference's movement, which lr 0 makes 0)");
+  SEQBENCH_REQUIRE(std::isfinite(options.loss_scale) && options.loss_scale > 0.0f,
+                   "drift study: loss_scale " << options.loss_scale << " must be finite and > 0");
   SEQBENCH_REQUIRE(mode != PrecisionMode::stochastic_rounding || dtype == DType::bf16,
                    "drift study: stochastic_rounding needs bf16, got " << dtype_name(dtype));
   const Problem problem = make_problem(options);

@@ -111,7 +111,7 @@ void validate_stats(DType dtype, const void* grads, std::size_t count, const Gra
 void validate_prepare(const GradStatsScratch* stats, const OptimizerConfig& config,
                       const StepOptions& options, const std::int64_t* step, const StepControl* control) {
   validate_optimizer_config(config);
-  validate_step_values(options.lr, options.max_grad_norm);
+  validate_step_values(config, options.lr, options.max_grad_norm);
   SEQBENCH_REQUIRE(stats != nullptr && step != nullptr && control != nullptr,
                    "prepare_step: null device pointer (stats " << stats << ", step " << step << ", control "
                                                                << control << ")");

@@ -45,10 +45,32 @@ void update_mode(const HostUpdateBuffers<T>& b, PrecisionMode mode, const StepCo
   update_all<T, K, PrecisionMode::no_master>(b, c, multiplier, seed, step);
 }
 
+// The buffers the step reads and writes, as update_all uses them.
+template <class T>
+void require_host_buffers(const HostUpdateBuffers<T>& b, OptimizerKind kind, PrecisionMode mode,
+                          bool use_state0, const char* what) {
+  if (b.count == 0) return;
+  const struct {
+    const char* name;
+    const void* ptr;
+    bool needed;
+  } buffers[] = {{"params", b.params, true},
+                 {"grads", b.grads, true},
+                 {"master", b.master, mode == PrecisionMode::master_fp32},
+                 {"state0", b.state0, use_state0},
+                 {"state1", b.state1, kind != OptimizerKind::sgd}};
+  for (const auto& buffer : buffers)
+    SEQBENCH_REQUIRE(!buffer.needed || buffer.ptr != nullptr,
+                     what << ": " << buffer.name << " is null but " << optimizer_kind_name(kind) << " in "
+                          << precision_mode_name(mode) << " mode needs it (" << b.count << " elements)");
+}
+
 }  // namespace
 
 template <class T>
 HostGradStats emulate_grad_stats(const T* grads, std::size_t count, float loss_scale) {
+  SEQBENCH_REQUIRE(count == 0 || grads != nullptr,
+                   "emulate_grad_stats: grads is null for " << count << " elements");
   const float inv_scale = inverse_loss_scale(loss_scale);
   double sum = 0.0;
   bool nonfinite = false;
@@ -63,6 +85,10 @@ HostGradStats emulate_grad_stats(const T* grads, std::size_t count, float loss_s
 template <class T>
 void emulate_update(const HostUpdateBuffers<T>& b, OptimizerKind kind, PrecisionMode mode,
                     const StepControl& control, std::uint64_t seed, bool grads_prescaled) {
+  optimizer_kind_name(kind);  // rejects an out-of-range kind or mode
+  precision_mode_name(mode);
+  require_host_buffers(b, kind, mode, kind != OptimizerKind::sgd || control.coefficients.momentum != 0.0f,
+                       "emulate_update");
   if (control.found_inf) return;
   const float multiplier = grads_prescaled ? 1.0f : control.grad_multiplier;
   const auto step = static_cast<std::uint64_t>(control.step);
@@ -82,7 +108,9 @@ StepControl emulate_step(const HostUpdateBuffers<T>& b, const OptimizerConfig& c
                          const StepOptions& options, float loss_scale, std::uint64_t seed,
                          std::int64_t& step) {
   validate_optimizer_config(config);
-  validate_step_values(options.lr, options.max_grad_norm);
+  validate_step_values(config, options.lr, options.max_grad_norm);
+  precision_mode_name(mode);
+  require_host_buffers(b, config.kind, mode, uses_state0(config), "emulate_step");  // before the step moves
   const HostGradStats stats = emulate_grad_stats(b.grads, b.count, loss_scale);
   const StepControl control = make_step_control(stats.nonfinite, stats.sum_squares, loss_scale, config,
                                                 options.lr, options.max_grad_norm, step);

@@ -40,7 +40,7 @@ HostGradStats emulate_grad_stats(const T* grads, std::size_t count, float loss_s
 
 // The update pass with a given decision: nothing when control.found_inf; otherwise
 // update_element on every element, with the kernels' Philox bits in stochastic_rounding mode.
-// Buffers the kind/mode does not use may be null.
+// Buffers the kind/mode does not use may be null; a null one it uses is refused, by name.
 template <class T>
 void emulate_update(const HostUpdateBuffers<T>& buffers, OptimizerKind kind, PrecisionMode mode,
                     const StepControl& control, std::uint64_t seed, bool grads_prescaled = false);

@@ -1,18 +1,44 @@
 #include "trainer/loss_scaler.h"
 
 #include <cmath>
+#include <iomanip>
+#include <limits>
 
 #include "core/cuda_check.h"
 
 namespace seqbench::trainer {
 
+namespace {
+
+// A scale whose reciprocal (the gradients' multiplier, rounded to float) is inf would turn every
+// gradient into inf or NaN, and so skip every step.
+void require_invertible_scale(float scale, const char* name) {
+  SEQBENCH_REQUIRE(std::isfinite(scale) && scale > 0.0f,
+                   "loss scaler: " << name << " " << scale << " must be finite and > 0");
+  // inverse_loss_scale's double, tested before its cast to float (undefined beyond float's range).
+  SEQBENCH_REQUIRE(1.0 / static_cast<double>(scale) < 0x1.ffffffp+127,
+                   "loss scaler: " << name << " " << scale
+                                   << " has no finite reciprocal in float (it must be >= "
+                                   << 1.0 / std::numeric_limits<float>::max() << ")");
+}
+
+}  // namespace
+
 void validate_loss_scaler_config(const LossScalerConfig& config) {
-  SEQBENCH_REQUIRE(std::isfinite(config.init_scale) && config.init_scale > 0.0f,
-                   "loss scaler: init_scale " << config.init_scale << " must be finite and > 0");
-  SEQBENCH_REQUIRE(std::isfinite(config.growth_factor) && config.growth_factor > 1.0,
-                   "loss scaler: growth_factor " << config.growth_factor << " must be finite and > 1");
-  SEQBENCH_REQUIRE(config.backoff_factor > 0.0 && config.backoff_factor < 1.0,
-                   "loss scaler: backoff_factor " << config.backoff_factor << " outside (0, 1)");
+  require_invertible_scale(config.init_scale, "init_scale");
+  // The new scale is the product rounded to float: a factor within a float's resolution of 1 gives
+  // the old scale back (0.99999999 froze a scale of 65536 through any number of overflows, so
+  // that every later step was skipped). 1 ± 2^-23 moves every normal float scale.
+  constexpr double kResolution = std::numeric_limits<float>::epsilon();  // 2^-23
+  SEQBENCH_REQUIRE(std::isfinite(config.growth_factor) && config.growth_factor >= 1.0 + kResolution,
+                   "loss scaler: growth_factor "
+                       << std::setprecision(10) << config.growth_factor
+                       << " must be finite and >= 1 + 2^-23 (closer to 1, the grown "
+                          "scale rounds back to the scale in float)");
+  SEQBENCH_REQUIRE(config.backoff_factor > 0.0 && config.backoff_factor <= 1.0 - kResolution,
+                   "loss scaler: backoff_factor " << std::setprecision(10) << config.backoff_factor
+                                                  << " outside (0, 1 - 2^-23] (closer to 1, the backed-off "
+                                                     "scale rounds back to the scale in float)");
   SEQBENCH_REQUIRE(config.growth_interval >= 1,
                    "loss scaler: growth_interval " << config.growth_interval << " must be >= 1");
 }
@@ -33,8 +59,7 @@ LossScalerState LossScaler::state() const {
 }
 
 void LossScaler::set_state(const LossScalerState& state) {
-  SEQBENCH_REQUIRE(std::isfinite(state.scale) && state.scale > 0.0f,
-                   "loss scaler: scale " << state.scale << " must be finite and > 0");
+  require_invertible_scale(state.scale, "scale");
   SEQBENCH_REQUIRE(state.growth_tracker >= 0 && state.growth_tracker < config_.growth_interval,
                    "loss scaler: growth_tracker " << state.growth_tracker << " outside [0, growth_interval "
                                                   << config_.growth_interval << ")");

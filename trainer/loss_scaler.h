@@ -35,7 +35,9 @@ struct LossScalerConfig {
 };
 
 // Throws seqbench::Error naming the value and its limit: init_scale finite > 0, growth_factor > 1,
-// backoff_factor in (0, 1), growth_interval >= 1 (torch's own checks).
+// backoff_factor in (0, 1), growth_interval >= 1 (torch's own checks), and, since the scale is a
+// float, init_scale with a finite float reciprocal and both factors at least 2^-23 away from 1
+// (nearer, scale × factor rounds back to the scale).
 void validate_loss_scaler_config(const LossScalerConfig& config);
 
 struct LossScalerState {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda_check.h"
@@ -36,6 +37,47 @@ void launch_typed(const std::vector<UpdateBuffers>& tensors, const std::vector<M
   });
 }
 
+// validate_update_buffers checks the buffers of one entry against each other; the entries of one
+// launch are updated by different blocks at once, so any byte two of them share (the same entry
+// twice, one entry's grads on another's params) is a race. Sorted by start, ranges overlap iff one
+// starts before the furthest end so far.
+void require_disjoint_entries(const std::vector<UpdateBuffers>& tensors, const OptimizerConfig& config,
+                              PrecisionMode mode) {
+  struct Range {
+    std::uintptr_t begin, end;
+    std::size_t entry;
+    const char* name;
+  };
+  std::vector<Range> ranges;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const UpdateBuffers& t = tensors[i];
+    if (t.count == 0) continue;
+    const std::size_t element = dtype_size(t.dtype);
+    const auto add = [&](const void* ptr, std::size_t bytes, const char* name) {
+      const auto begin = reinterpret_cast<std::uintptr_t>(ptr);
+      ranges.push_back(Range{begin, begin + t.count * bytes, i, name});
+    };
+    add(t.params, element, "params");
+    add(t.grads, element, "grads");
+    if (mode == PrecisionMode::master_fp32) add(t.master, sizeof(float), "master");
+    if (uses_state0(config)) add(t.state0, sizeof(float), "state0");
+    if (uses_state1(config)) add(t.state1, sizeof(float), "state1");
+  }
+  std::stable_sort(ranges.begin(), ranges.end(),
+                   [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  const Range* furthest = nullptr;
+  for (const Range& r : ranges) {
+    if (furthest != nullptr && r.begin < furthest->end) {
+      SEQBENCH_FAIL("multi_tensor_update: tensor "
+                    << r.entry << "'s " << r.name << " [" << reinterpret_cast<const void*>(r.begin) << ", +"
+                    << r.end - r.begin << ") overlaps tensor " << furthest->entry << "'s " << furthest->name
+                    << " [" << reinterpret_cast<const void*>(furthest->begin) << ", +"
+                    << furthest->end - furthest->begin << ")");
+    }
+    if (furthest == nullptr || r.end > furthest->end) furthest = &r;
+  }
+}
+
 }  // namespace
 
 void launch_multi_tensor_update(const std::vector<UpdateBuffers>& tensors, const OptimizerConfig& config,
@@ -55,6 +97,7 @@ void launch_multi_tensor_update(const std::vector<UpdateBuffers>& tensors, const
                          << t.count << " elements has more than 2^32 chunks of " << kMtaChunkElements);
     counts.push_back(t.count);
   }
+  require_disjoint_entries(tensors, config, mode);
   if (tensors.empty()) return;
   const std::vector<MtaLaunch> plan = plan_multi_tensor_apply(counts);
   dispatch_dtype(tensors.front().dtype, [&](auto tag) {
@@ -68,7 +111,7 @@ void launch_multi_tensor_step(const WorkspaceLayout& layout, const UpdateBuffers
                               cudaStream_t stream) {
   SEQBENCH_NVTX_RANGE("optimizer_multi_tensor_step");
   validate_update_buffers(whole, config, mode, "multi_tensor_step");
-  validate_step_values(options.lr, options.max_grad_norm);
+  validate_step_values(config, options.lr, options.max_grad_norm);
   SEQBENCH_REQUIRE(scratch.stats != nullptr && scratch.control != nullptr && scratch.step != nullptr,
                    "multi_tensor_step: null scratch pointer");
   const std::vector<UpdateBuffers> slices = slice_update_buffers(layout, whole);

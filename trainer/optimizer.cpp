@@ -75,6 +75,11 @@ OptimizerScratch FusedOptimizer::scratch() {
 
 void FusedOptimizer::step(Workspace& workspace, const StepOptions& options, const float* loss_scale,
                           cudaStream_t stream) {
+  check_workspace(workspace, "optimizer");
+  SEQBENCH_REQUIRE(mode_ != PrecisionMode::master_fp32 || count_ == 0 || workspace.master_filled(),
+                   "optimizer: a master_fp32 step reads the fp32 master, which holds no parameters yet: "
+                   "call Workspace::copy_params_to_master (or load_state) first, or mark_master_filled() "
+                   "after writing it yourself");
   launch_fused_optimizer_step(buffers(workspace), config_, mode_, options, seed_, loss_scale, scratch(),
                               stream);
 }
@@ -140,6 +145,7 @@ void FusedOptimizer::load_state(Workspace& workspace, const OptimizerStateSnapsh
   if (mode_ == PrecisionMode::master_fp32 && count_ > 0)
     SEQBENCH_CUDA_CHECK(
         cudaMemcpy(workspace.master(), s.master.data(), count_ * sizeof(float), cudaMemcpyHostToDevice));
+  if (mode_ == PrecisionMode::master_fp32) workspace.mark_master_filled();
   // Pageable host-to-device copies may return before the data lands (see read_control).
   SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }

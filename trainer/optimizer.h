@@ -8,7 +8,8 @@
 //   opt.step(ws, {lr, max_norm}, scaler, stream);   // 4 launches, no host synchronization
 //
 // In master_fp32 mode the workspace must have a master buffer, and the master must hold the
-// initial parameters (Workspace::copy_params_to_master) before the first step.
+// initial parameters (Workspace::copy_params_to_master, load_state, or mark_master_filled after
+// writing it) before the first step: step() refuses one from the zeroed master.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -7,7 +7,9 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <system_error>
 
@@ -79,7 +81,10 @@ class Reader {
 void validate_snapshot(const OptimizerStateSnapshot& s) {
   optimizer_kind_name(s.kind);
   precision_mode_name(s.mode);
-  SEQBENCH_REQUIRE(s.step >= 0, "optimizer state: step " << s.step << " must be >= 0");
+  // The next step counts t = step + 1 (make_step_control): INT64_MAX would overflow it.
+  SEQBENCH_REQUIRE(s.step >= 0 && s.step < std::numeric_limits<std::int64_t>::max(),
+                   "optimizer state: step " << s.step << " must be >= 0 and < "
+                                            << std::numeric_limits<std::int64_t>::max());
   const struct {
     const char* name;
     std::size_t size;
@@ -186,6 +191,10 @@ void write_optimizer_state(const std::filesystem::path& path, const OptimizerSta
 }
 
 OptimizerStateSnapshot read_optimizer_state(const std::filesystem::path& path) {
+  // A directory opens as a stream on Linux and reads as empty: say what it is instead of "bad magic".
+  std::error_code ec;
+  SEQBENCH_REQUIRE(!std::filesystem::is_directory(path, ec),
+                   "cannot read optimizer state '" << path.string() << "': it is a directory");
   std::ifstream file(path, std::ios::binary);
   SEQBENCH_REQUIRE(file, "cannot read optimizer state '" << path.string() << "': cannot open it");
   std::ostringstream contents;

@@ -15,7 +15,7 @@ void launch_per_tensor_step(const WorkspaceLayout& layout, const PerTensorBuffer
   const std::size_t count = layout.total_elements();
   const UpdateBuffers whole{b.dtype, b.params, b.grads, b.master, b.state0, b.state1, count, 0};
   validate_update_buffers(whole, config, PrecisionMode::master_fp32, "per_tensor_step");
-  validate_step_values(options.lr, options.max_grad_norm);
+  validate_step_values(config, options.lr, options.max_grad_norm);
   SEQBENCH_REQUIRE(scratch.stats != nullptr && scratch.control != nullptr && scratch.step != nullptr,
                    "per_tensor_step: null scratch pointer");
   if (count > 0) {

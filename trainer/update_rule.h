@@ -59,9 +59,12 @@ struct OptimizerConfig {
 };
 
 // Throws seqbench::Error naming the offending value and its limit (the same rules as
-// reference/optimizers.cpp, plus lr and max_grad_norm finite).
+// reference/optimizers.cpp, plus lr and max_grad_norm finite). The rule runs in float, so each
+// value must also keep its meaning as one: eps > 0, beta1 and beta2 < 1, Nesterov's momentum > 0,
+// weight_decay, momentum and lr <= FLT_MAX, and the first step's coefficients (lr / (1 - beta1),
+// AdamW's 1 - lr*wd) finite.
 void validate_optimizer_config(const OptimizerConfig& config);
-void validate_step_values(double lr, double max_grad_norm);
+void validate_step_values(const OptimizerConfig& config, double lr, double max_grad_norm);
 
 // Whether the kind keeps fp32 state buffer 0 (Adam m, SGD momentum buffer) and buffer 1 (Adam v).
 inline bool uses_state0(const OptimizerConfig& config) {
@@ -212,7 +215,10 @@ SEQBENCH_HD inline float inverse_loss_scale(float loss_scale) {
 }
 
 // torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 when clipping is off
-// (max_norm <= 0) or the norm is not a number (the step is then skipped anyway).
+// (max_norm <= 0) or the norm is NaN (some gradient was inf/NaN: the step is then skipped anyway).
+// A norm of +inf from finite gradients whose squares overflow the float sum (norms above ~1.8e19)
+// gives 0, as in torch (error_if_nonfinite=False): that step is taken with zero gradients, so only
+// weight decay and the decay of the moments move anything, and the step count advances.
 SEQBENCH_HD inline float clip_coefficient(float grad_norm, double max_grad_norm) {
   if (!(max_grad_norm > 0.0)) return 1.0f;
   const double coefficient = rn::ddiv(max_grad_norm, rn::dadd(static_cast<double>(grad_norm), 1e-6));

@@ -68,6 +68,12 @@ void Workspace::copy_params_to_master(cudaStream_t stream) {
   SEQBENCH_REQUIRE(with_master_, "copy_params_to_master: the workspace has no master buffer");
   launch_convert(master_.data(), DType::f32, params_.data(), dtype_, count(), nullptr, ConvertScaling::none,
                  stream);
+  master_filled_ = true;
+}
+
+void Workspace::mark_master_filled() {
+  SEQBENCH_REQUIRE(with_master_, "mark_master_filled: the workspace has no master buffer");
+  master_filled_ = true;
 }
 
 }  // namespace seqbench::trainer

@@ -108,6 +108,12 @@ class Workspace {
   // master[i] = float(params[i]) for the whole buffer, on `stream`: how the AMP mode starts (and
   // how it resumes from a checkpoint that holds only the low-precision parameters).
   void copy_params_to_master(cudaStream_t stream);
+  // Whether the master holds parameters: set by copy_params_to_master, by FusedOptimizer::
+  // load_state, and by mark_master_filled() for a caller that writes master() itself. A
+  // master_fp32 step from the zeroed master would replace every parameter with about -lr·sign(g),
+  // so FusedOptimizer refuses one before this is set.
+  bool master_filled() const { return master_filled_; }
+  void mark_master_filled();
 
  private:
   template <class T>
@@ -122,6 +128,7 @@ class Workspace {
   WorkspaceLayout layout_;
   DType dtype_;
   bool with_master_;
+  bool master_filled_ = false;
   DeviceBuffer<unsigned char> params_;
   DeviceBuffer<unsigned char> grads_;
   DeviceBuffer<float> master_;

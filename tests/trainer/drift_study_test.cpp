@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "tests/common/expect_error.h"
 
 namespace seqbench::trainer {
 namespace {
@@ -29,6 +30,28 @@ TEST(DriftStudy, PrecisionModesOrderAsMeasured) {
     std::cout << c.name << ": " << c.detail << "\n";
     EXPECT_TRUE(c.passed) << c.name << ": " << c.detail;
   }
+}
+
+// Options the study cannot measure are refused with the value: lr 0 gave a NaN drift (the reference
+// does not move: 0 / 0), and a loss scale of 0 or NaN failed as "step 0 overflowed".
+TEST(DriftStudy, OptionsItCannotMeasureAreNamed) {
+  DriftStudyOptions options;
+  options.steps = 1;
+  const auto message = [&] {
+    return seqbench::testing::error_of([&] {
+      (void)run_drift_case(options, DType::f32, PrecisionMode::no_master, DriftBackend::host_emulation);
+    });
+  };
+  options.lr = 0.0;
+  EXPECT_NE(message().find("drift study: lr 0 must be > 0"), std::string::npos) << message();
+  options.lr = 1e-3;
+  for (const float scale : {0.0f, NAN, -1.0f, INFINITY}) {
+    options.loss_scale = scale;
+    EXPECT_NE(message().find("drift study: loss_scale "), std::string::npos) << scale << ": " << message();
+    EXPECT_NE(message().find(" must be finite and > 0"), std::string::npos) << scale << ": " << message();
+  }
+  options.loss_scale = 1.0f;
+  EXPECT_EQ(message(), "");
 }
 
 // A change that costs accuracy fails its case's check: the same results with bf16's master copy

@@ -133,5 +133,33 @@ TEST(LossScaler, BadConfigurationsAreRejectedWithTheValue) {
   EXPECT_EQ(message(LossScalerConfig{}), "");
 }
 
+// The scale is a float: factors within its resolution of 1 pass torch's checks (> 1, < 1) but
+// give the old scale back (a backoff of 0.99999999 left 65536 through 1000 overflows, so that every
+// later step would be skipped), and a scale below 1/FLT_MAX has no finite reciprocal. Refused,
+// with the value; the limits 1 ± 2^-23 are accepted and move every normal float scale, from both
+// ends of each binade (tested below), so the limit is the resolution and no stricter.
+TEST(LossScaler, FactorsThatCannotMoveAFloatScaleAreRejected) {
+  auto message = [](const LossScalerConfig& c) {
+    return seqbench::testing::error_of([&] { validate_loss_scaler_config(c); });
+  };
+  EXPECT_NE(message({65536.0f, 2.0, 0.99999999, 10}).find("backoff_factor 0.99999999"), std::string::npos);
+  EXPECT_NE(message({65536.0f, 2.0, 0.99999999, 10}).find("outside (0, 1 - 2^-23]"), std::string::npos);
+  EXPECT_NE(message({65536.0f, 1.00000001, 0.5, 10}).find("growth_factor 1.00000001"), std::string::npos);
+  EXPECT_NE(message({65536.0f, 1.0 + std::ldexp(1.0, -24), 0.5, 10}).find(">= 1 + 2^-23"), std::string::npos);
+  EXPECT_NE(
+      message({1e-40f, 2.0, 0.5, 10}).find("has no finite reciprocal in float (it must be >= 2.93874e-39)"),
+      std::string::npos);
+  const double growth = 1.0 + std::ldexp(1.0, -23), backoff = 1.0 - std::ldexp(1.0, -23);
+  const LossScalerConfig edge{1.0f, growth, backoff, 1};
+  EXPECT_EQ(message(edge), "");
+  EXPECT_EQ(message({1e-38f, 2.0, 0.5, 10}), "");  // reciprocal 1e38 < FLT_MAX
+  for (int e = -126; e < 127; ++e)
+    for (const float scale : {std::ldexp(1.0f, e), std::nextafter(std::ldexp(1.0f, e + 1), 0.0f)}) {
+      const LossScalerState s{scale, 0};
+      ASSERT_GT(next_loss_scaler_state(s, false, edge).scale, scale) << scale;
+      ASSERT_LT(next_loss_scaler_state(s, true, edge).scale, scale) << scale;
+    }
+}
+
 }  // namespace
 }  // namespace seqbench::trainer

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -107,6 +108,18 @@ TEST(OptimizerStateBytes, InconsistentSnapshotsAreRejected) {
   s = random_snapshot(10, false, 2);
   s.step = -1;
   EXPECT_NE(error_of([&] { serialize_optimizer_state(s); }).find("step -1"), std::string::npos);
+  // The next step would count INT64_MAX + 1 (signed overflow; t < 0 gave NaN parameters).
+  s.step = std::numeric_limits<std::int64_t>::max();
+  EXPECT_NE(error_of([&] {
+              serialize_optimizer_state(s);
+            }).find("step 9223372036854775807 must be >= 0 and < 9223372036854775807"),
+            std::string::npos);
+  s.step = std::numeric_limits<std::int64_t>::max() - 1;
+  expect_bitwise_equal(deserialize_optimizer_state(serialize_optimizer_state(s), "test"), s);
+}
+
+TEST_F(OptimizerStateFile, ADirectoryIsNamedAsOne) {
+  EXPECT_NE(error_of([&] { read_optimizer_state(dir_); }).find("': it is a directory"), std::string::npos);
 }
 
 TEST_F(OptimizerStateFile, WriteReadRoundTripAndReplaceLeaveNoTemporaries) {

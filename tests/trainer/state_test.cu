@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/device_buffer.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/gpu_test.h"
 #include "tests/trainer/gpu_helpers.h"
 #include "trainer/convert.h"
@@ -164,6 +165,43 @@ TEST(OptimizerStateGpu, SaveRestoreContinuesBitwise) {
   check_save_restore<__nv_bfloat16>(adam, PrecisionMode::stochastic_rounding, 2);
   check_save_restore<float>(momentum, PrecisionMode::no_master, 3);
   check_save_restore<__nv_bfloat16>(momentum, PrecisionMode::master_fp32, 4);
+}
+
+// A master_fp32 step from the master as allocated (zeros) would replace every parameter with
+// about -lr·sign(g): refused, with nothing launched, until copy_params_to_master, load_state
+// (SaveRestoreContinuesBitwise's workspace b) or mark_master_filled has filled it.
+TEST(OptimizerStateGpu, MasterStepsAreRefusedUntilTheMasterIsFilled) {
+  SEQBENCH_REQUIRE_GPU();
+  std::mt19937_64 rng(7);
+  const WorkspaceLayout layout = testing::random_layout(rng);
+  const std::size_t n = layout.total_elements();
+  Workspace ws(layout, DType::bf16, true);
+  upload(ws.params(), testing::random_in_tensors<__nv_bfloat16>(layout, rng, 1.0f));
+  upload(ws.grads(), testing::random_in_tensors<__nv_bfloat16>(layout, rng, 0.05f, 0.0));
+  const auto params = download<__nv_bfloat16>(ws.params(), n);
+  FusedOptimizer opt(ws, OptimizerConfig{}, PrecisionMode::master_fp32);
+  EXPECT_FALSE(ws.master_filled());
+  seqbench::testing::expect_error(
+      [&] {
+        opt.step(ws, StepOptions{1e-2, 0.0}, nullptr, nullptr);
+      },
+      "a master_fp32 step reads the fp32 master, which holds no parameters yet");
+  SEQBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bitwise_difference("params", download<__nv_bfloat16>(ws.params(), n), params), "");
+  EXPECT_EQ(opt.read_step(), 0);
+  ws.copy_params_to_master(nullptr);
+  EXPECT_TRUE(ws.master_filled());
+  opt.step(ws, StepOptions{1e-2, 0.0}, nullptr, nullptr);
+  EXPECT_EQ(opt.read_step(), 1);
+
+  Workspace by_hand(layout, DType::bf16, true);
+  FusedOptimizer opt_by_hand(by_hand, OptimizerConfig{}, PrecisionMode::master_fp32);
+  by_hand.mark_master_filled();  // its master is zeros, as are its parameters: a caller's choice
+  opt_by_hand.step(by_hand, StepOptions{1e-2, 0.0}, nullptr, nullptr);
+  EXPECT_EQ(opt_by_hand.read_step(), 1);
+  Workspace no_master(layout, DType::bf16, false);
+  seqbench::testing::expect_error([&] { no_master.mark_master_filled(); },
+                                  "mark_master_filled: the workspace has no master buffer");
 }
 
 TEST(OptimizerStateGpu, MismatchedSnapshotsAreRejected) {

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "tests/common/expect_error.h"
 #include "tests/trainer/optimizer_check.h"
 #include "trainer/host_emulation.h"
 
@@ -290,6 +291,53 @@ TEST(HostEmulation, OverflowLeavesEverythingBitwiseUnchanged) {
   const HostGradStats stats =
       emulate_grad_stats(std::vector<__half>{from_float<__half>(60000.0f)}.data(), 1, 1e-36f);
   EXPECT_TRUE(stats.nonfinite);
+}
+
+// The emulation dereferenced whatever it was given (a null state1 for Adam was a segfault): the
+// buffers the kind and mode use are checked first, by the same rule as the device launchers.
+TEST(HostEmulation, NullBuffersThatTheStepUsesAreNamed) {
+  OptimizerConfig adam;
+  HostTrainingState<float> s(8, adam, PrecisionMode::no_master);
+  HostUpdateBuffers<float> b = s.buffers();
+  b.state1 = nullptr;
+  std::int64_t step = 0;
+  const auto message = [&](const HostUpdateBuffers<float>& buffers, const OptimizerConfig& config,
+                           PrecisionMode mode) {
+    return seqbench::testing::error_of(
+        [&] {
+          emulate_step(buffers, config, mode, StepOptions{1e-3, 0.0}, 1.0f, 0, step);
+        },
+        "(no error)");
+  };
+  EXPECT_NE(message(b, adam, PrecisionMode::no_master)
+                .find("emulate_step: state1 is null but adam in no_master mode needs it (8 elements)"),
+            std::string::npos);
+  EXPECT_NE(
+      message(s.buffers(), adam, PrecisionMode::master_fp32).find("master is null but adam in master_fp32"),
+      std::string::npos);
+  b = s.buffers();
+  b.grads = nullptr;
+  EXPECT_NE(message(b, adam, PrecisionMode::no_master).find("emulate_step: grads is null"),
+            std::string::npos);
+  EXPECT_NE(seqbench::testing::error_of([&] {
+              emulate_grad_stats<float>(nullptr, 8, 1.0f);
+            }).find("emulate_grad_stats: grads is null for 8 elements"),
+            std::string::npos);
+  // emulate_update alone checks the same (a null state1, or state0 for SGD with momentum).
+  StepControl control;
+  control.step = 1;
+  b = s.buffers();
+  b.state1 = nullptr;
+  EXPECT_NE(seqbench::testing::error_of([&] {
+              emulate_update(b, OptimizerKind::adam, PrecisionMode::no_master, control, 0);
+            }).find("emulate_update: state1 is null"),
+            std::string::npos);
+  // SGD without momentum uses neither state buffer.
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  HostTrainingState<float> plain(8, sgd, PrecisionMode::no_master);
+  EXPECT_EQ(message(plain.buffers(), sgd, PrecisionMode::no_master), "(no error)");
+  EXPECT_EQ(step, 1);
 }
 
 TEST(HostEmulation, NamesParseAndRejectUnknownSpellings) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "tests/common/expect_error.h"
@@ -137,6 +138,61 @@ TEST(TrainerValidation, ConfigurationErrorsNameTheValue) {
       "weight_decay -1");
 }
 
+// The rule runs in float: doubles that pass the range checks but are 0, 1 or inf as floats are
+// refused, with the value (an eps of 1e-46 is 0.0f and turned every parameter with a zero gradient
+// into NaN; lr = 1e39 is inf and turned every one into NaN).
+TEST(TrainerValidation, HyperParametersMustKeepTheirMeaningAsFloats) {
+  const UpdateBuffers b = fake_buffers(DType::f32);
+  const auto update = [&](const OptimizerConfig& c) {
+    launch_fused_update(b, c, PrecisionMode::no_master, 0, fake_control(), false, nullptr);
+  };
+  OptimizerConfig c;
+  c.eps = 1e-46;
+  EXPECT_ERROR_CONTAINS(update(c),
+                        "adam: eps 1e-46 is 0 as a float (the smallest float above 0 is 1.4013e-45)");
+  c.eps = 1e39;
+  EXPECT_ERROR_CONTAINS(update(c), "adam: eps 1e+39 is beyond float (> 3.40282e+38)");
+  c.eps = 1.5e-45;  // rounds to the smallest subnormal: a float > 0
+  EXPECT_NO_THROW(validate_optimizer_config(c));
+  c = OptimizerConfig{};
+  c.beta2 = 0.99999999;
+  EXPECT_ERROR_CONTAINS(
+      update(c),
+      "adam: beta2 0.99999999 rounds to 1 as a float (the largest float below 1 is 0.99999994039535522)");
+  c.beta2 = 0.99999994;  // the largest float below 1
+  EXPECT_NO_THROW(validate_optimizer_config(c));
+  c = OptimizerConfig{};
+  c.kind = OptimizerKind::adamw;
+  c.weight_decay = 1e39;
+  EXPECT_ERROR_CONTAINS(update(c), "adamw: weight_decay 1e+39 is beyond float");
+  c = OptimizerConfig{};
+  c.kind = OptimizerKind::sgd;
+  c.momentum = 1e39;
+  EXPECT_ERROR_CONTAINS(update(c), "sgd: momentum 1e+39 is beyond float");
+  c.momentum = 1e-50;
+  c.nesterov = true;
+  EXPECT_ERROR_CONTAINS(update(c), "sgd: nesterov needs momentum > 0, and momentum 1e-50 is 0 as a float");
+
+  const auto step = [&](const OptimizerConfig& config, double lr) {
+    launch_fused_optimizer_step(b, config, PrecisionMode::no_master, StepOptions{lr, 0.0}, 0, nullptr,
+                                fake_scratch(), nullptr);
+  };
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  EXPECT_ERROR_CONTAINS(step(sgd, 1e39), "lr 1e+39 is beyond float (> 3.40282e+38)");
+  // The first step's coefficients: lr / (1 - beta1) and AdamW's 1 - lr*wd.
+  OptimizerConfig adam;
+  adam.beta1 = 0.99;
+  EXPECT_ERROR_CONTAINS(step(adam, 1e37), "adam: lr 1e+37 / (1 - beta1 0.99) = 1e+39, the first step's size");
+  OptimizerConfig adamw;
+  adamw.kind = OptimizerKind::adamw;
+  adamw.weight_decay = 1e30;
+  EXPECT_ERROR_CONTAINS(step(adamw, 1e10),
+                        "adamw: 1 - lr 1e+10 * weight_decay 1e+30 = -1e+40 is beyond float");
+  EXPECT_NO_THROW(validate_step_values(adamw, 1e-3, 0.0));
+  EXPECT_NO_THROW(validate_step_values(adam, 1e36, 0.0));  // 1e38: a float
+}
+
 TEST(TrainerValidation, WholeStepChecksEverythingBeforeTheFirstLaunch) {
   const OptimizerConfig adam;
   const UpdateBuffers b = fake_buffers(DType::bf16);
@@ -187,6 +243,13 @@ TEST(TrainerValidation, StatsPrepareConvertScaler) {
                         "null pointer");
   EXPECT_NO_THROW(
       launch_convert(nullptr, DType::f32, nullptr, DType::f16, 0, nullptr, ConvertScaling::none, nullptr));
+  // Misaligned elements (a fault on the device, which poisons the context) are refused, each end.
+  EXPECT_ERROR_CONTAINS(launch_convert(fake<void>(0x100001), DType::f16, fake<const void>(0x9000), DType::f32,
+                                       100, nullptr, ConvertScaling::none, nullptr),
+                        "convert: dst 0x100001 is not aligned to its 2-byte f16 elements");
+  EXPECT_ERROR_CONTAINS(launch_convert(fake<void>(0x100000), DType::f16, fake<const void>(0x9002), DType::f32,
+                                       100, nullptr, ConvertScaling::none, nullptr),
+                        "convert: src 0x9002 is not aligned to its 4-byte f32 elements");
   EXPECT_ERROR_CONTAINS(
       launch_loss_scaler_update(nullptr, fake<const int>(0x1000), LossScalerConfig{}, nullptr),
       "null pointer");
@@ -230,6 +293,32 @@ TEST(TrainerValidation, Baselines) {
       launch_multi_tensor_step(WorkspaceLayout({{"a", 8}}), b, adam, PrecisionMode::no_master, StepOptions{},
                                0, nullptr, fake_scratch(), nullptr),
       "buffers have 104 elements, layout 8");
+}
+
+// The entries of one multi-tensor launch are updated by different blocks at once: any byte two of
+// them share is refused, naming both (the same entry twice; one entry's grads on another's
+// params; one's state at the end of another's master). (A passing case would launch a kernel on
+// these fake addresses where a GPU is present, so none is run here; the gpu tests launch real ones.)
+TEST(TrainerValidation, MultiTensorEntriesMustNotShareBytes) {
+  const OptimizerConfig adam;
+  const auto update = [&](const std::vector<UpdateBuffers>& tensors, PrecisionMode mode) {
+    launch_multi_tensor_update(tensors, adam, mode, 0, fake_control(), nullptr);
+  };
+  const UpdateBuffers a = fake_buffers(DType::f16);  // params [0x100000, +200), grads [0x200000, +200), ...
+  UpdateBuffers b = a;
+  for (void** p : {&b.params, reinterpret_cast<void**>(&b.master), reinterpret_cast<void**>(&b.state0),
+                   reinterpret_cast<void**>(&b.state1)})
+    *p = static_cast<char*>(*p) + 0x1000;
+  b.grads = static_cast<const char*>(b.grads) + 0x1000;
+  EXPECT_ERROR_CONTAINS(update({a, a}, PrecisionMode::no_master),
+                        "multi_tensor_update: tensor 1's params [0x100000, +200) overlaps tensor 0's params");
+  UpdateBuffers c = b;
+  c.grads = static_cast<const char*>(a.params) + 198;  // the last element of a's params
+  EXPECT_ERROR_CONTAINS(update({a, c}, PrecisionMode::no_master),
+                        "tensor 1's grads [0x1000c6, +200) overlaps tensor 0's params [0x100000, +200)");
+  c = b;
+  c.state0 = a.master + 99;  // a's master is used only in master_fp32 mode
+  EXPECT_ERROR_CONTAINS(update({a, c}, PrecisionMode::master_fp32), "tensor 0's master [0x300000, +400)");
 }
 
 }  // namespace
