@@ -163,7 +163,13 @@ void BaselineDecoderLayer::backward(void* dx, void* d_encoder_out, const void* d
   m.ranges.require_written_clear("backward", "dx", dx, tb);
   m.ranges.require_written_clear("backward", "d_encoder_out", d_encoder_out, sb);
   m.ranges.require_read_clear("backward", "dy", dy, tb);
+  SEQBENCH_REQUIRE(!bytes_overlap(dx, tb, x, tb) && !bytes_overlap(dx, tb, encoder_out, sb),
+                   "BaselineDecoderLayer::backward: dx overlaps x or encoder_out; both must stay unchanged "
+                   "while their forward can be differentiated");
   const std::int64_t S = static_cast<std::int64_t>(m.src_len);
+  // Cleared for the run (its eager frees may drop saved tensors part-way, a throw included) and set
+  // again only once it completes with the graph retained.
+  m.have_forward = false;
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     const Eager<T> e = m.template eager<T>(config_, stream, !retain_graph);
@@ -182,7 +188,11 @@ void BaselineDecoderLayer::backward(void* dx, void* d_encoder_out, const void* d
                          static_cast<const T*>(x), nullptr, e.L, self_attention_tensors_of(weights_),
                          self_attention_tensors_of(grads_), m.self_dropout(config_));
   });
-  if (!retain_graph) m.release();
+  if (retain_graph) {
+    m.have_forward = true;
+  } else {
+    m.release();
+  }
 }
 
 }  // namespace seqbench::layers

@@ -132,7 +132,14 @@ void BaselineEncoderLayer::backward(void* dx, const void* dy, const void* x, cud
         m.batch * m.len * static_cast<std::size_t>(config_.hidden) * dtype_size(config_.dtype);
     m.ranges.require_written_clear("backward", "dx", dx, bytes);
     m.ranges.require_read_clear("backward", "dy", dy, bytes);
+    SEQBENCH_REQUIRE(!bytes_overlap(dx, bytes, x, bytes),
+                     "BaselineEncoderLayer::backward: dx overlaps x ("
+                         << bytes
+                         << " bytes each); x must stay unchanged while its forward can be differentiated");
   }
+  // Cleared for the run (its eager frees may drop saved tensors part-way, a throw included) and set
+  // again only once it completes with the graph retained.
+  m.have_forward = false;
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     const Eager<T> e = m.template eager<T>(config_, stream, !retain_graph);
@@ -144,7 +151,11 @@ void BaselineEncoderLayer::backward(void* dx, const void* dy, const void* x, cud
                          static_cast<const T*>(x), nullptr, e.L, encoder_attention_tensors_of(weights_),
                          encoder_attention_tensors_of(grads_), m.attention_dropout(config_));
   });
-  if (!retain_graph) m.release();
+  if (retain_graph) {
+    m.have_forward = true;
+  } else {
+    m.release();
+  }
 }
 
 }  // namespace seqbench::layers

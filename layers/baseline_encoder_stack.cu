@@ -1,6 +1,7 @@
 #include <memory>
 #include <string>
 
+#include "core/byte_range.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -107,6 +108,13 @@ void BaselineEncoderStack::backward(void* dx, const void* dy, const void* x, cud
                                       << x << ", the forward ran on " << impl_->x << ")");
   impl_->ranges.require_written_clear("backward", "dx", dx, impl_->bytes);
   impl_->ranges.require_read_clear("backward", "dy", dy, impl_->bytes);
+  SEQBENCH_REQUIRE(!bytes_overlap(dx, impl_->bytes, x, impl_->bytes),
+                   "BaselineEncoderStack::backward: dx overlaps x ("
+                       << impl_->bytes
+                       << " bytes each); x must stay unchanged while its forward can be differentiated");
+  // Cleared for the run (its eager frees may drop saved tensors part-way, a throw included) and set
+  // again only once it completes with the graph retained.
+  impl_->have_forward = false;
   const std::size_t n = layers_.size();
   EagerTensor d_out;  // the gradient of layer i's output: dy, or the layer above's d_in
   for (std::size_t i = n; i-- > 0;) {
@@ -120,9 +128,10 @@ void BaselineEncoderStack::backward(void* dx, const void* dy, const void* x, cud
     d_out = std::move(d_in);
     if (!retain_graph && i > 0) impl_->hidden[i - 1].reset();
   }
-  if (!retain_graph) {
+  if (retain_graph) {
+    impl_->have_forward = true;
+  } else {
     impl_->hidden.clear();
-    impl_->have_forward = false;
   }
 }
 

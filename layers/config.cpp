@@ -1,10 +1,14 @@
 #include "layers/config.h"
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
+#include "kernels/softmax.h"
 
 namespace seqbench::layers {
 
@@ -102,6 +106,53 @@ void LayerConfig::validate() const {
   p.require(std::isfinite(layer_norm_eps) && layer_norm_eps > 0.0, [&](std::ostream& os) {
     os << "layer_norm_eps (" << layer_norm_eps << ") must be positive and finite";
   });
+  // The LayerNorm kernels take eps as a float (and refuse 0 or inf, but only at the forward, after
+  // the GEMMs before it): the float must be positive and finite too. (The double is compared
+  // first: casting one above FLT_MAX to float is undefined.)
+  if (std::isfinite(layer_norm_eps) && layer_norm_eps > 0.0) {
+    p.require(
+        layer_norm_eps <= std::numeric_limits<float>::max() && static_cast<float>(layer_norm_eps) > 0.0f,
+        [&](std::ostream& os) {
+          os << "layer_norm_eps (" << layer_norm_eps << ") is " << (layer_norm_eps > 1.0 ? "inf" : "0")
+             << " as the kernels' float";
+        });
+  }
+  // Sizes the layers plan from these fields, checked here so that no product wraps and no kernel
+  // refuses a shape mid-step: the attention softmax runs max_batch_tokens·heads rows (the kernel's
+  // limit), and every planned tensor, the largest being the attention scores (max_batch_tokens ·
+  // max_seq_len · heads elements), the FFN activation (max_batch_tokens · ffn) and the QKV
+  // projection (3 · max_batch_tokens · hidden), stays within 2^62 bytes in fp32.
+  if (max_batch_tokens > 0 && heads > 0) {
+    const std::int64_t rows = std::int64_t{max_batch_tokens} * heads;
+    p.require(rows <= kernels::kSoftmaxMaxRows, [&](std::ostream& os) {
+      os << "max_batch_tokens (" << max_batch_tokens << ") x heads (" << heads << ") = " << rows
+         << " attention-softmax rows exceed " << kernels::kSoftmaxMaxRows;
+    });
+  }
+  const auto bytes_fit = [](std::initializer_list<int> factors) {
+    unsigned __int128 product = 4;  // fp32 elements
+    for (const int f : factors) product *= static_cast<unsigned __int128>(f);
+    return product <= (static_cast<unsigned __int128>(1) << 62);
+  };
+  const struct {
+    const char* what;
+    std::initializer_list<int> factors;
+    const char* formula;
+  } planned[] = {
+      {"attention scores", {max_batch_tokens, max_seq_len, heads}, "max_batch_tokens x max_seq_len x heads"},
+      {"FFN activation", {max_batch_tokens, ffn}, "max_batch_tokens x ffn"},
+      {"QKV projection", {max_batch_tokens, hidden, 3}, "3 x max_batch_tokens x hidden"},
+  };
+  if (max_batch_tokens > 0 && max_seq_len > 0 && heads > 0 && ffn > 0 && hidden > 0) {
+    for (const auto& t : planned) {
+      p.require(bytes_fit(t.factors), [&](std::ostream& os) {
+        os << "the " << t.what << " (" << t.formula << " = ";
+        long double n = 1;
+        for (const int f : t.factors) n *= f;
+        os << n << " elements) exceed 2^62 bytes in fp32";
+      });
+    }
+  }
   p.require(is_valid_activation(activation), [&](std::ostream& os) {
     os << "activation (" << static_cast<int>(activation) << ") is not relu, gelu or gelu_tanh";
   });

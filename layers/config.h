@@ -44,8 +44,11 @@ struct LayerConfig {
   // Throws one seqbench::Error that lists every rule the config breaks, each naming its fields
   // and their values: a size that is not positive; hidden not a multiple of heads; a dropout
   // ratio outside [0, 1) or not finite; max_seq_len above max_batch_tokens (no batch could hold
-  // one full sentence); layer_norm_eps not positive and finite; an activation or dtype that is
-  // not one of the enumerators.
+  // one full sentence); layer_norm_eps not positive and finite, as a double or as the kernels'
+  // float; max_batch_tokens x heads above the attention softmax's rows (2^31 - 1); a planned
+  // tensor (the attention scores, max_batch_tokens x max_seq_len x heads; the FFN activation; the
+  // QKV projection) over 2^62 bytes in fp32; an activation or dtype that is not one of the
+  // enumerators.
   void validate() const;
 
   // Throws (naming the value and the limit) unless 1 <= seq_len <= max_seq_len, batch_size >= 1

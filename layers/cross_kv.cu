@@ -301,13 +301,14 @@ void CrossAttentionKV::backward(void* d_encoder_out, const void* encoder_out, cu
                                               "forward() (layers "
                                            << missing.str()
                                            << "): run each layer's backward_kv with this object first");
+  // Before the run: its temporaries may take the heads' bytes, a throw part-way included.
+  m.heads_valid = false;
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     m.backward<T>(config_, layers_, options_.prefix, static_cast<T*>(d_encoder_out),
                   static_cast<const T*>(w_), static_cast<T*>(dw_), static_cast<T*>(db_), stream);
   });
   m.planned->memory().set_step(-1);
-  m.heads_valid = false;
 }
 
 }  // namespace seqbench::layers

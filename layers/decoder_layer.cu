@@ -387,6 +387,13 @@ void DecoderLayer::run_backward(const char* where, void* dx, void* d_kv_source, 
   m.ranges.require_written_clear(where, "dx", dx, tb);
   m.ranges.require_written_clear(where, d_kv_name, d_kv_source, sb);
   m.ranges.require_read_clear(where, "dy", dy, tb);
+  SEQBENCH_REQUIRE(
+      !bytes_overlap(dx, tb, x, tb) && !bytes_overlap(dx, tb, kv_source, sb),
+      "DecoderLayer::" << where << ": dx overlaps x or " << kv_name
+                       << "; both must stay unchanged while their forward can be differentiated");
+  // A throw part-way (a CUDA or cuBLASLt error) may leave the forward's tensors overwritten by the
+  // backward's temporaries: no retry may differentiate them. Set again only once the run completes.
+  m.have_forward = false;
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     m.backward<T>(config_, options_.prefix, static_cast<T*>(dx), static_cast<T*>(d_kv_source),

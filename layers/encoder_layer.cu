@@ -180,6 +180,13 @@ void EncoderLayer::backward(void* dx, const void* dy, const void* x, cudaStream_
   impl_->planned->require_outside_block("backward", "dy", dy, bytes);
   impl_->ranges.require_written_clear("backward", "dx", dx, bytes);
   impl_->ranges.require_read_clear("backward", "dy", dy, bytes);
+  SEQBENCH_REQUIRE(!bytes_overlap(dx, bytes, x, bytes), "EncoderLayer::backward: dx overlaps x ("
+                                                            << bytes
+                                                            << " bytes each); x must stay unchanged "
+                                                               "while its forward can be differentiated");
+  // A throw part-way (a CUDA or cuBLASLt error) may leave the forward's tensors overwritten by the
+  // backward's temporaries: no retry may differentiate them. Set again only once the run completes.
+  impl_->have_forward = false;
   dispatch_dtype(config_.dtype, [&](auto tag) {
     impl_->run<decltype(tag)>(config_, options_.prefix, options_.causal, true, dx, dy, x, nullptr, stream);
   });

@@ -253,6 +253,13 @@ void EncoderStack::backward(void* dx, const void* dy, const void* x, cudaStream_
   impl_->planned->require_outside_block("backward", "dy", dy, bytes);
   impl_->ranges.require_written_clear("backward", "dx", dx, bytes);
   impl_->ranges.require_read_clear("backward", "dy", dy, bytes);
+  SEQBENCH_REQUIRE(!bytes_overlap(dx, bytes, x, bytes), "EncoderStack::backward: dx overlaps x ("
+                                                            << bytes
+                                                            << " bytes each); x must stay unchanged "
+                                                               "while its forward can be differentiated");
+  // A throw part-way (a CUDA or cuBLASLt error) may leave the forward's tensors overwritten by the
+  // backward's temporaries: no retry may differentiate them. Set again only once the run completes.
+  impl_->have_forward = false;
   dispatch_dtype(config_.dtype, [&](auto tag) {
     using T = decltype(tag);
     impl_->backward<T>(config_, static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),

@@ -130,6 +130,63 @@ TEST(LayerConfig, LayerNormEpsMustBePositiveAndFinite) {
   }
 }
 
+// The kernels take eps as a float: a double that passes as positive and finite but is 0 or inf as
+// a float is refused here, naming the field (the LayerNorm kernel refused it only at the forward,
+// after the GEMMs before it, without naming layer_norm_eps).
+TEST(LayerConfig, LayerNormEpsMustBePositiveAndFiniteAsAFloat) {
+  for (const double zero : {1e-46, 1e-50}) {
+    LayerConfig c = valid();
+    c.layer_norm_eps = zero;
+    expect_error_all([&] { c.validate(); }, {"layer_norm_eps (", ") is 0 as the kernels' float"});
+  }
+  for (const double huge : {1e39, 1e300}) {
+    LayerConfig c = valid();
+    c.layer_norm_eps = huge;
+    expect_error_all([&] { c.validate(); }, {"layer_norm_eps (", ") is inf as the kernels' float"});
+  }
+  LayerConfig c = valid();
+  c.layer_norm_eps = 1e-45;  // the smallest float subnormal, 1.4e-45: positive
+  EXPECT_NO_THROW(c.validate());
+  c.layer_norm_eps = std::numeric_limits<float>::max();
+  EXPECT_NO_THROW(c.validate());
+}
+
+// What the layers plan from the fields is checked at validate(), not at the first forward: the
+// softmax's rows (max_batch_tokens x heads <= 2^31 - 1) and every planned tensor within 2^62 bytes
+// (max_batch_tokens = max_seq_len = 2^30 with 8 heads planned 0-byte attention scores: B·L²·N·2
+// wrapped size_t).
+TEST(LayerConfig, PlannedSizesMustFit) {
+  LayerConfig c = valid();
+  c.max_batch_tokens = 1 << 30;
+  c.max_seq_len = 1 << 30;
+  c.hidden = c.heads = c.ffn = 8;
+  expect_error_all(
+      [&] { c.validate(); },
+      {"the attention scores (max_batch_tokens x max_seq_len x heads = 9.22337e+18 elements) "
+       "exceed 2^62 bytes in fp32",
+       "max_batch_tokens (1073741824) x heads (8) = 8589934592 attention-softmax rows exceed 2147483647"});
+  c = valid();
+  c.max_batch_tokens = 1 << 28;  // x 8 heads = 2^31 rows: one past the limit
+  c.max_seq_len = 1;
+  expect_error_all([&] { c.validate(); },
+                   {"x heads (8) = 2147483648 attention-softmax rows exceed 2147483647"});
+  c.heads = 4;  // 2^30 rows
+  c.hidden = 512;
+  EXPECT_NO_THROW(c.validate());
+  c.ffn = 1 << 30;  // 2^28 x 2^30 x 4 bytes = 2^60: fits
+  EXPECT_NO_THROW(c.validate());
+  c.max_batch_tokens = (1 << 30);
+  c.heads = 1;
+  c.ffn = 1 << 30;  // 2^60 elements, 2^62 bytes: the limit itself
+  EXPECT_NO_THROW(c.validate());
+  c.ffn = (1 << 30) + 1;
+  expect_error_all([&] { c.validate(); }, {"the FFN activation (max_batch_tokens x ffn = "});
+  c.ffn = 8;
+  c.hidden = (1 << 29) + 1;  // 3 x 2^30 x (2^29 + 1) x 4 > 2^62
+  c.heads = 1;
+  expect_error_all([&] { c.validate(); }, {"the QKV projection (3 x max_batch_tokens x hidden = "});
+}
+
 TEST(LayerConfig, EnumsMustBeEnumerators) {
   LayerConfig c = valid();
   c.activation = static_cast<Activation>(7);

@@ -53,6 +53,7 @@
 #include "layers/encoder_layer.h"
 #include "reference/transformer_layer.h"
 #include "suites/operators/check_util.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/gpu_test.h"
 #include "tests/layers/layer_cases.h"
 #include "tests/layers/layer_check.h"
@@ -366,6 +367,37 @@ TEST(EncoderLayerGpu, RetainedForwardRepeatsTheBackwardBitwise) {
       EXPECT_TRUE(operators::check_util::same_bits(params.d_grads.copy_to_host(), g1)) << repeat;
     }
   }
+}
+
+// dx on x: the backward would overwrite the input a retained forward differentiates again (the
+// second backward then read the first's dx as x). Refused before anything runs, in both layers, so
+// the forward is still there to differentiate afterwards.
+TEST(EncoderLayerGpu, DxOnXIsRefusedAndLeavesTheForward) {
+  SEQBENCH_REQUIRE_GPU();
+  using T = __half;
+  const LayerConfig config = steady_state_config();
+  SteadyStateParams<T, EncoderLayerWeights, EncoderLayerGrads> params(encoder_layer_parameter_shapes(config));
+  CudaAllocator cuda;
+  SteadyBatch<T> batch;
+  auto& [x, dy, y, dx, lengths, stream] = batch;
+  const std::size_t B = SteadyBatch<T>::B, L = SteadyBatch<T>::L;
+  EncoderLayerOptions options;
+  options.retain_forward = true;
+  EncoderLayer layer(config, params.weights, params.grads, cuda, options);
+  layer.forward(y.data(), x.data(), B, L, lengths.data(), 11, 4, stream.get());
+  seqbench::testing::expect_error([&] { layer.backward(x.data(), dy.data(), x.data(), stream.get()); },
+                                  "EncoderLayer::backward: dx overlaps x (");
+  EXPECT_NO_THROW(layer.backward(dx.data(), dy.data(), x.data(), stream.get()));
+  stream.synchronize();
+
+  CachingAllocator caching(cuda);
+  BaselineEncoderLayer baseline(config, params.weights, params.grads, caching);
+  baseline.forward(y.data(), x.data(), B, L, lengths.data(), 11, 4, stream.get());
+  seqbench::testing::expect_error(
+      [&] { baseline.backward(static_cast<T*>(x.data()) + 1, dy.data(), x.data(), stream.get(), true); },
+      "BaselineEncoderLayer::backward: dx overlaps x (");
+  EXPECT_NO_THROW(baseline.backward(dx.data(), dy.data(), x.data(), stream.get(), true));
+  stream.synchronize();
 }
 
 // The baseline's caching allocator: a repeated step of a shape it has seen reaches the device for
