@@ -54,6 +54,13 @@ struct DTypeTraits<__nv_bfloat16> {
   static constexpr int significand_bits = 8;
 };
 
+// Whether a double stays finite when it is rounded to float: a double rounds to +-inf as a float
+// from the midpoint (2 - 2^-24)·2^127 between FLT_MAX and 2^128 on (ties to even). Test before a
+// cast, which is undefined beyond float's range. NaN is not finite.
+SEQBENCH_HD constexpr bool rounds_to_finite_float(double x) {
+  return x < 0x1.ffffffp+127 && x > -0x1.ffffffp+127;
+}
+
 std::string_view dtype_name(DType dtype);
 std::size_t dtype_size(DType dtype);
 int dtype_significand_bits(DType dtype);

@@ -16,7 +16,7 @@ void require_invertible_scale(float scale, const char* name) {
   SEQBENCH_REQUIRE(std::isfinite(scale) && scale > 0.0f,
                    "loss scaler: " << name << " " << scale << " must be finite and > 0");
   // inverse_loss_scale's double, tested before its cast to float (undefined beyond float's range).
-  SEQBENCH_REQUIRE(1.0 / static_cast<double>(scale) < 0x1.ffffffp+127,
+  SEQBENCH_REQUIRE(rounds_to_finite_float(1.0 / static_cast<double>(scale)),
                    "loss scaler: " << name << " " << scale
                                    << " has no finite reciprocal in float (it must be >= "
                                    << 1.0 / std::numeric_limits<float>::max() << ")");

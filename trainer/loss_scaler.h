@@ -56,10 +56,8 @@ SEQBENCH_HD inline LossScalerState next_loss_scaler_state(LossScalerState state,
   if (successful < config.growth_interval) return LossScalerState{state.scale, successful};
   const double grown = static_cast<double>(state.scale) * config.growth_factor;
   // torch rounds the product to float and keeps the old scale when that is not finite, resetting
-  // the tracker either way. A double rounds to +inf as a float from the midpoint (2 - 2^-24)·2^127
-  // between FLT_MAX and 2^128 on (ties to even), so that is tested before the cast, which would be
-  // undefined out of float's range. (Positive: the scale and the factor are.)
-  const bool finite = grown < 0x1.ffffffp+127;
+  // the tracker either way; tested before the cast, which would be undefined out of float's range.
+  const bool finite = rounds_to_finite_float(grown);
   return LossScalerState{finite ? static_cast<float>(grown) : state.scale, 0};
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/dtype.h"  // rounds_to_finite_float
 #include "core/error.h"
 
 namespace seqbench::trainer {
@@ -55,11 +56,6 @@ namespace {
 // 1e-46 is 0.0f, and 0 / (0 + 0) turns every parameter whose gradient is 0 into NaN). Doubles
 // beyond FLT_MAX are refused before any cast, which is undefined for them.
 constexpr double kFloatMax = std::numeric_limits<float>::max();
-// A double rounds to +-inf as a float from the midpoint between FLT_MAX and 2^128 on.
-bool finite_as_float(double x) {
-  return std::fabs(x) < 0x1.ffffffp+127;
-}
-
 // A value that must be a float's too: finite as a float (<= FLT_MAX).
 void require_float_range(double value, std::string_view name, const char* label) {
   SEQBENCH_REQUIRE(std::fabs(value) <= kFloatMax,
@@ -118,16 +114,16 @@ void validate_step_values(const OptimizerConfig& config, double lr, double max_g
   // 1 - lr*wd does not depend on t. Checked in double here, before any cast.
   if (config.kind != OptimizerKind::sgd) {
     const double step_size = lr / (1.0 - config.beta1);
-    SEQBENCH_REQUIRE(finite_as_float(step_size), optimizer_kind_name(config.kind)
-                                                     << ": lr " << lr << " / (1 - beta1 " << config.beta1
-                                                     << ") = " << step_size << ", the first step's size, "
-                                                     << "is beyond float");
+    SEQBENCH_REQUIRE(rounds_to_finite_float(step_size),
+                     optimizer_kind_name(config.kind) << ": lr " << lr << " / (1 - beta1 " << config.beta1
+                                                      << ") = " << step_size << ", the first step's size, "
+                                                      << "is beyond float");
   }
   if (config.kind == OptimizerKind::adamw) {
     const double decay = 1.0 - lr * config.weight_decay;
-    SEQBENCH_REQUIRE(finite_as_float(decay), "adamw: 1 - lr " << lr << " * weight_decay "
-                                                              << config.weight_decay << " = " << decay
-                                                              << " is beyond float");
+    SEQBENCH_REQUIRE(rounds_to_finite_float(decay), "adamw: 1 - lr " << lr << " * weight_decay "
+                                                                     << config.weight_decay << " = " << decay
+                                                                     << " is beyond float");
   }
 }
 

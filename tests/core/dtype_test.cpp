@@ -72,6 +72,25 @@ TEST(DType, SpecialValuesSurvive) {
   EXPECT_EQ(to_float(from_float<__half>(70000.0f)), inf) << "fp16 overflows past 65504";
 }
 
+// The boundary is the midpoint between FLT_MAX and 2^128: the largest double below it rounds to
+// FLT_MAX (so the cast is defined and finite); the midpoint itself rounds to even, which is 2^128,
+// an overflow to inf.
+TEST(DType, RoundsToFiniteFloatStopsAtTheMidpointAboveFltMax) {
+  constexpr double kMidpoint = 0x1.ffffffp+127;
+  static_assert(rounds_to_finite_float(std::numeric_limits<float>::max()));
+  static_assert(!rounds_to_finite_float(kMidpoint));
+  const double below = std::nextafter(kMidpoint, 0.0);
+  EXPECT_TRUE(rounds_to_finite_float(below));
+  EXPECT_EQ(static_cast<float>(below), std::numeric_limits<float>::max());
+  EXPECT_TRUE(rounds_to_finite_float(-below));
+  EXPECT_EQ(static_cast<float>(-below), -std::numeric_limits<float>::max());
+  EXPECT_FALSE(rounds_to_finite_float(-kMidpoint));
+  EXPECT_FALSE(rounds_to_finite_float(std::numeric_limits<double>::infinity()));
+  EXPECT_FALSE(rounds_to_finite_float(std::numeric_limits<double>::quiet_NaN()));
+  EXPECT_TRUE(rounds_to_finite_float(0.0));
+  EXPECT_TRUE(rounds_to_finite_float(std::numeric_limits<double>::denorm_min()));  // rounds to 0
+}
+
 TEST(DType, DispatchCallsTheMatchingType) {
   EXPECT_EQ(dispatch_dtype(DType::f16, [](auto tag) { return sizeof(tag); }), 2u);
   EXPECT_EQ(dispatch_dtype(DType::f32, [](auto tag) { return DTypeTraits<decltype(tag)>::dtype; }),
