@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -13,6 +14,8 @@
 #include <sstream>
 #include <string_view>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -337,7 +340,18 @@ CopyKnown validate_meta(Validator& v, const json& meta) {
   v.get(meta, p, "checks_run", Kind::boolean, kOptional);
   v.integer(meta, p, "repetitions", Bound::positive, kOptional);
   v.get(meta, p, "timer_policy", Kind::object, kOptional);
-  v.get(meta, p, "parts", Kind::array, kOptional);
+  // Readers of a merged report (merge_reports, checks_not_keepable, the table's quick flag) take
+  // these members by type, so a part must have them of that type when it has them.
+  v.objects(meta, p, "parts", kOptional, [&](const json& part, const std::string& path) {
+    v.string(part, path, "timestamp", false, kOptional);
+    v.string(part, path, "host", false, kOptional);
+    v.get(part, path, "git_dirty", Kind::boolean, kOptional);
+    v.string(part, path, "source_hash", true, kOptionalNullable);
+    v.string(part, path, "filter", true, kOptionalNullable);
+    v.get(part, path, "quick", Kind::boolean, kOptionalNullable);
+    v.get(part, path, "checks_run", Kind::boolean, kOptional);
+    v.number(part, path, "copy_gbps", Bound::positive, kOptionalNullable);
+  });
   if (const json* frameworks = v.get(meta, p, "frameworks", Kind::object, kOptional))
     for (const auto& [key, value] : frameworks->items())
       if (!value.is_string() && !value.is_null())
@@ -587,15 +601,31 @@ void write_all(int fd, std::string_view text, const fs::path& target) {
   }
 }
 
-// The last part of nlohmann's parse_error::what(), without its "[json.exception.parse_error.101] "
+// The last part of nlohmann's exception::what(), without its "[json.exception.parse_error.101] "
 // prefix: "parse error at line 1, column 5: syntax error while parsing value - ...".
-std::string parse_error_reason(const json::parse_error& e) {
+std::string exception_reason(const json::exception& e) {
   std::string text = e.what();
   const auto bracket = text.find("] ");
   if (text.starts_with("[json.exception.") && bracket != std::string::npos) text.erase(0, bracket + 2);
   for (char& c : text)
     if (c == '\n' || c == '\r') c = ' ';
   return text;
+}
+
+// The deepest nesting of arrays and objects in `doc` (a scalar is 0), walked without recursion.
+// nlohmann parses any depth without recursing, but dump() (tables' params, merged reports) and
+// comparisons recurse: a 200 KB file nested 100000 deep crashed `seqbench table` in dump().
+std::size_t nesting_depth(const json& doc) {
+  std::size_t deepest = 0;
+  std::vector<std::pair<const json*, std::size_t>> pending{{&doc, 0}};
+  while (!pending.empty()) {
+    const auto [value, depth] = pending.back();
+    pending.pop_back();
+    if (!value->is_structured()) continue;
+    deepest = std::max(deepest, depth + 1);
+    for (const json& child : *value) pending.emplace_back(&child, depth + 1);
+  }
+  return deepest;
 }
 
 }  // namespace
@@ -606,6 +636,9 @@ std::vector<std::string> validate_report(const json& report) {
     v.add("(root)", "expected object, got " + type_word(report));
     return v.problems;
   }
+  if (const std::size_t depth = nesting_depth(report); depth > kMaxReportDepth)
+    return {"(root): nested " + std::to_string(depth) + " arrays/objects deep, more than the limit of " +
+            std::to_string(kMaxReportDepth)};
   if (const auto it = report.find("schema"); it != report.end() && it->is_string() && *it != kReportSchema)
     return {std::string("schema: expected \"") + kReportSchema + "\", got " + shown(*it)};
   v.get(report, "", "schema", Kind::string);
@@ -613,8 +646,13 @@ std::vector<std::string> validate_report(const json& report) {
 
   CopyKnown copy_known;
   if (const json* meta = v.get(report, "", "meta", Kind::object)) copy_known = validate_meta(v, *meta);
+  std::map<std::string, std::string> experiment_paths;  // name → where it first appeared
   v.objects(report, "", "experiments", {}, [&](const json& experiment, const std::string& path) {
     validate_experiment(v, experiment, path, copy_known);
+    const auto name = experiment.find("name");
+    if (name == experiment.end() || !name->is_string()) return;
+    const auto [first, inserted] = experiment_paths.emplace(name->get<std::string>(), path);
+    if (!inserted) v.add(join(path, "name"), shown(*name) + " is also " + first->second + "'s name");
   });
   v.objects(report, "", "checks", {},
             [&](const json& check, const std::string& path) { validate_check(v, check, path); });
@@ -764,7 +802,10 @@ json read_report(const fs::path& path) {
   try {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
-    SEQBENCH_FAIL(what << " is not valid JSON at byte " << e.byte << ": " << parse_error_reason(e));
+    SEQBENCH_FAIL(what << " is not valid JSON at byte " << e.byte << ": " << exception_reason(e));
+  } catch (const json::exception& e) {
+    // Not a syntax error but as fatal: a number beyond double (1e400) is out_of_range.406.
+    SEQBENCH_FAIL(what << " is not valid JSON: " << exception_reason(e));
   }
   require_valid_report(doc, what);
   return doc;

@@ -28,12 +28,16 @@
 namespace seqbench {
 
 inline constexpr const char* kReportSchema = "seqbench.report/1";
+// How deeply arrays and objects may nest in a report (the schema itself needs 6; params and notes
+// are free-form). Deeper, validate_report refuses it before anything recurses into it.
+inline constexpr std::size_t kMaxReportDepth = 64;
 
 // Every way `report` departs from the schema, each as "path: problem", for example
 // "experiments[2].variants[0].median_ms: missing" or
 // "meta.device.sm_count: expected integer, got string". Empty means valid. Never throws.
 // A document whose "schema" names another version yields that one problem only: the rest of its
-// layout is unknown to this reader.
+// layout is unknown to this reader; so does one nested deeper than kMaxReportDepth. Experiment
+// names must be unique (merges, tables and targets key on them).
 std::vector<std::string> validate_report(const nlohmann::json& report);
 
 // Throws seqbench::Error "<what> does not match seqbench.report/1: p1; p2; p3 (and N more)" when

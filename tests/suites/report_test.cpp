@@ -79,7 +79,8 @@ TEST(ValidateReport, AcceptsOptionalMembersWhenPresent) {
               r["meta"]["device"]["clocks"]["memory_mhz"] = nullptr;
               r["meta"]["device"]["clocks"]["clock_event_reasons"] = "sw_power_cap";
               r["skipped"] = {{{"suite", "decoding"}, {"reason", "no CUDA device"}}};
-              r["experiments"].push_back(r["experiments"][0]);  // names may repeat across experiments
+              r["experiments"].push_back(r["experiments"][0]);  // params may repeat; names may not
+              r["experiments"].back()["name"] = "layernorm_fwd/again";
               r["meta"]["git_sha"] = "unknown";
               r["meta"]["build"]["flags"] = "";
               r["experiments"][0]["notes"] = {{"tuner", {{"entries", json::array()}}}};
@@ -105,6 +106,48 @@ TEST(ValidateReport, RunControlMembersAreChecked) {
             }),
             (Problems{"meta.quick: expected boolean, got string", "meta.repetitions: must be > 0, got 0",
                       "not_run[0].reason: missing"}));
+}
+
+TEST(ValidateReport, PartsMembersHaveTheirTypes) {
+  // merge_reports and the quick flag read these by type: a string part, or git_dirty "no", threw a
+  // library type_error after the whole run had been measured.
+  EXPECT_EQ(problems_after([](json& r) {
+              r["meta"]["parts"] = json::array({{{"timestamp", "2026-11-22T10:00:00Z"},
+                                                 {"host", "h"},
+                                                 {"git_dirty", false},
+                                                 {"source_hash", nullptr},
+                                                 {"filter", nullptr},
+                                                 {"quick", nullptr},
+                                                 {"checks_run", true},
+                                                 {"copy_gbps", 2950.0},
+                                                 {"id", "pytorch's own"}}});
+            }),
+            Problems{});
+  EXPECT_EQ(problems_after([](json& r) {
+              r["meta"]["parts"] = json::array({"p1",
+                                                {{"git_dirty", "no"},
+                                                 {"filter", ""},
+                                                 {"quick", 1},
+                                                 {"checks_run", nullptr},
+                                                 {"copy_gbps", 0.0}}});
+            }),
+            (Problems{"meta.parts[0]: expected object, got string",
+                      "meta.parts[1].git_dirty: expected boolean, got string",
+                      "meta.parts[1].filter: must not be empty",
+                      "meta.parts[1].quick: expected boolean or null, got integer",
+                      "meta.parts[1].checks_run: expected boolean, got null",
+                      "meta.parts[1].copy_gbps: must be > 0, got 0.0"}));
+}
+
+TEST(ValidateReport, RejectsExperimentsThatShareAName) {
+  // The runner's sample maps, merges, tables and targets key on the name.
+  EXPECT_EQ(problems_after([](json& r) {
+              r["experiments"].push_back(r["experiments"][0]);
+              r["experiments"].back()["params"]["other"] = 1;
+            }),
+            Problems{"experiments[" + std::to_string(valid_report()["experiments"].size()) + "].name: \"" +
+                     valid_report()["experiments"][0]["name"].get<std::string>() +
+                     "\" is also experiments[0]'s name"});
 }
 
 TEST(ValidateReport, AcceptsEmptyExperimentsAndChecks) {
@@ -673,6 +716,49 @@ TEST(ReadReport, EmptyFileIsMalformed) {
   std::ofstream(dir.path() / "empty.json");
   EXPECT_TRUE(contains(error_message([&] { read_report(dir.path() / "empty.json"); }),
                        "is not valid JSON at byte 1"));
+}
+
+TEST(ReadReport, ANumberBeyondDoubleIsMalformedNotARawLibraryError) {
+  // nlohmann throws out_of_range (not parse_error) for these: it escaped as a bare library error.
+  ScratchDir dir;
+  for (const std::string& number : std::vector<std::string>{"1e400", "-1e400", std::string(400, '9')}) {
+    const auto path = dir.path() / "big.json";
+    std::ofstream(path) << "{\"median_ms\": " << number << "}";
+    const std::string message = error_message([&] { read_report(path); });
+    EXPECT_TRUE(contains(message, "report '" + path.string() + "' is not valid JSON: number overflow"))
+        << message;
+    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+  }
+}
+
+TEST(ReadReport, NestingBeyondTheLimitIsRefusedBeforeAnythingRecurses) {
+  // 100000 levels in 200 KB crashed `seqbench table` (dump() recurses); the limit is 64.
+  ScratchDir dir;
+  const auto path = dir.path() / "deep.json";
+  const auto nested = [](std::size_t levels) {
+    std::string text;
+    for (std::size_t i = 0; i < levels; ++i) text += "[";
+    for (std::size_t i = 0; i < levels; ++i) text += "]";
+    return text;
+  };
+  json report = valid_report();
+  std::string text = report.dump();
+  // The root and "experiments" and its object and "params" are 4 levels; x adds the rest.
+  const auto with_x = [&](std::size_t levels) {
+    std::string t = text;
+    const std::string key = "\"params\":{";
+    const auto at = t.find(key);
+    return t.insert(at + key.size(), "\"x\":" + nested(levels) + ",");
+  };
+  std::ofstream(path) << with_x(kMaxReportDepth - 4);
+  EXPECT_NO_THROW(read_report(path));
+  std::ofstream(path) << with_x(kMaxReportDepth - 3);
+  EXPECT_EQ(error_message([&] { read_report(path); }),
+            "report '" + path.string() +
+                "' does not match seqbench.report/1: (root): nested 65 arrays/objects deep, more than the "
+                "limit of 64");
+  std::ofstream(path) << with_x(100000);
+  EXPECT_TRUE(contains(error_message([&] { read_report(path); }), "nested 100004 arrays/objects deep"));
 }
 
 TEST(ReadReport, SchemaViolationsListTheProblems) {
