@@ -118,10 +118,7 @@ DumpResult dump_experiments(const DumpOptions& options, std::ostream& log) {
   SEQBENCH_REQUIRE(probe.info.has_value(), "seqbench dump needs a GPU: " << probe.reason);
   const std::regex re = compile_filter(options.filter);
   const std::vector<SuiteSpec> all = all_suites(SuiteOptions{options.quick});
-  std::vector<const SuiteSpec*> selected;
-  for (const SuiteSpec& s : all)
-    if (options.suites.empty()) selected.push_back(&s);
-  for (const std::string& name : options.suites) selected.push_back(&find_suite(all, name));
+  const std::vector<const SuiteSpec*> selected = select_suites(all, options.suites);
 
   DumpResult result;
   for (const SuiteSpec* suite : selected) {

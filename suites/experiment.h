@@ -107,10 +107,23 @@ struct SuiteOptions {
 std::vector<CheckResult> checks_or_failure(const std::string& family,
                                            const std::function<std::vector<CheckResult>()>& run);
 
-// Every suite, in a fixed order (suites/suites.cpp). Describing a suite touches no GPU.
+// Throws seqbench::Error naming the suite and the name unless every experiment's name is non-empty
+// and unique within the suite, and every variant's is unique within its experiment and made of
+// letters, digits and '_'. Reports, merges, tables and the runner's sample maps key on experiment
+// names (two of one name pooled their samples into one wrong median); run/<suite>/<experiment>/
+// <variant> failures are split at the last '/'.
+void require_unique_names(const SuiteSpec& suite);
+
+// Every suite, in a fixed order (suites/suites.cpp), each through require_unique_names. Describing a
+// suite touches no GPU.
 std::vector<SuiteSpec> all_suites(const SuiteOptions& options);
 
 // Fails with the list of known names when `name` is not one of them.
 const SuiteSpec& find_suite(const std::vector<SuiteSpec>& suites, const std::string& name);
+
+// The suites `names` ask for, in the order first asked and each once (`--suite x --suite x` runs x
+// once); every suite, in order, when `names` is empty. Fails as find_suite for an unknown name.
+std::vector<const SuiteSpec*> select_suites(const std::vector<SuiteSpec>& all,
+                                            const std::vector<std::string>& names);
 
 }  // namespace seqbench

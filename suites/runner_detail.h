@@ -21,6 +21,10 @@ namespace seqbench::runner_detail {
 // call, one entry per sample, and how they were taken (GpuTimer::sample in the runner).
 using Sampler = std::function<TimedSamples(const Work&, bool cuda_graph, int calls_per_sample)>;
 
+// The last part of the run/ failure of an experiment whose samples could not be summarized (no
+// variant is named so: variant names are identifiers).
+inline constexpr const char* kSummaryFailure = "(summary)";
+
 // Times the selected experiments of one suite through Google Benchmark; returns their report
 // entries. Each experiment is prepared (ExperimentSpec::calls_per_sample times, each copy's variant
 // called in turn) on its first variant's first run and freed after its last variant's last
@@ -28,6 +32,8 @@ using Sampler = std::function<TimedSamples(const Work&, bool cuda_graph, int cal
 // prepare or timing throws (an epilogue the device's cuBLASLt lacks, memory) leaves the report and
 // adds a failed check "run/<suite>/<experiment>/<variant>" carrying the error to `failures`, one per
 // failing variant: the other experiments' measurements are kept, and the run still exits non-zero.
+// One whose samples, all taken, cannot be summarized (a p20 of 0 ms) adds one failed check
+// "run/<suite>/<experiment>/(summary)", detail "not reported: <error>", and leaves the report too.
 // Each variant records "calls_per_sample", "cuda_graph" (true only when every repetition replayed a graph)
 // and, when the sampler gave one, its first "note" (why a requested graph was not used), to which a variant
 // whose repetitions were timed both ways adds how many replayed a graph (their samples are pooled).

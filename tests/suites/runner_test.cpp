@@ -123,6 +123,46 @@ std::set<std::string> names_of(const std::vector<CheckResult>& failures) {
   return names;
 }
 
+TEST(SuiteNames, EveryShippedSuitePassesAndDuplicatesOrBadVariantNamesAreRefused) {
+  for (const bool quick : {false, true}) EXPECT_NO_THROW(all_suites(SuiteOptions{quick}));
+  Liveness l;
+  SuiteSpec suite;
+  suite.name = "fake";
+  suite.experiments = {experiment("a", l), experiment("b", l)};
+  EXPECT_NO_THROW(require_unique_names(suite));
+  suite.experiments.push_back(experiment("a", l));
+  EXPECT_EQ(testing::error_message([&] { require_unique_names(suite); }),
+            "suite 'fake': experiment name 'a' appears twice (names must be unique)");
+  suite.experiments.pop_back();
+  suite.experiments.push_back(experiment("", l));
+  EXPECT_EQ(testing::error_message([&] { require_unique_names(suite); }),
+            "suite 'fake': an experiment has an empty name");
+  suite.experiments.pop_back();
+  for (const std::string bad : {"", "x/y", "(summary)", "a b"}) {
+    suite.experiments[1].variants[1].name = bad;
+    EXPECT_EQ(testing::error_message([&] { require_unique_names(suite); }),
+              "suite 'fake', experiment 'b': variant name '" + bad + "' is not letters, digits and '_'");
+  }
+  suite.experiments[1].variants[1].name = "slow";
+  EXPECT_EQ(testing::error_message([&] { require_unique_names(suite); }),
+            "suite 'fake', experiment 'b': variant name 'slow' appears twice");
+}
+
+TEST(SuiteNames, SelectSuitesTakesEachOnceInTheOrderFirstAsked) {
+  // `seqbench dump --suite x --suite x` dumped x twice (run had its own de-duplication).
+  const std::vector<SuiteSpec> all = all_suites(SuiteOptions{true});
+  const auto names = [](const std::vector<const SuiteSpec*>& suites) {
+    std::vector<std::string> out;
+    for (const SuiteSpec* s : suites) out.push_back(s->name);
+    return out;
+  };
+  EXPECT_EQ(names(select_suites(all, {"trainer", "operators", "trainer"})),
+            (std::vector<std::string>{"trainer", "operators"}));
+  EXPECT_EQ(select_suites(all, {}).size(), all.size());
+  EXPECT_TRUE(testing::contains(testing::error_message([&] { select_suites(all, {"nope"}); }),
+                                "unknown suite 'nope'"));
+}
+
 TEST(RunnerTimeExperiments, EveryExperimentMeasuredAndFreedBeforeTheNext) {
   Liveness l;
   const Outcome o = run({experiment("a", l), experiment("b", l)}, 2);
@@ -168,6 +208,28 @@ TEST(RunnerTimeExperiments, TimingThatThrowsDropsTheExperimentAndFreesItsState) 
   EXPECT_EQ(names_of(o.failures), (std::set<std::string>{"run/fake/a/fast"}));
   EXPECT_EQ(l.prepares, 2);
   EXPECT_EQ(l.live_at_prepare, 0);  // a's state went before b was prepared
+  EXPECT_EQ(l.live, 0);
+  EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
+}
+
+TEST(RunnerTimeExperiments, SamplesThatCannotBeSummarizedFailOnlyTheirExperiment) {
+  // Times of 0 ms (calls that enqueue nothing, or under the events' resolution) give a p20 of 0,
+  // which a report refuses: that ended the whole run, outside any experiment's failure.
+  Liveness l;
+  int sampled = 0;
+  const runner_detail::Sampler sampler = [&](const Work& work, bool cuda_graph, int calls) {
+    const bool zero = sampled++ < 2;  // a's two variants
+    TimedSamples t = fake_sample(work, cuda_graph, calls);
+    if (zero) t.ms = {0.0, 0.0, 0.0004};
+    return t;
+  };
+  const Outcome o = run({experiment("a", l), experiment("b", l)}, 1, sampler);
+  EXPECT_EQ(names_of(o.experiments), (std::set<std::string>{"b"}));
+  ASSERT_EQ(o.failures.size(), 1u);
+  EXPECT_EQ(o.failures[0].name, "run/fake/a/(summary)");
+  EXPECT_NE(o.failures[0].detail.find("not reported: "), std::string::npos) << o.failures[0].detail;
+  EXPECT_NE(o.failures[0].detail.find("not all positive"), std::string::npos) << o.failures[0].detail;
+  EXPECT_NE(o.log.find("FAILED run/fake/a/(summary)"), std::string::npos) << o.log;
   EXPECT_EQ(l.live, 0);
   EXPECT_TRUE(validate_report(o.report).empty()) << o.report.dump(2);
 }
