@@ -22,7 +22,11 @@ using nlohmann::json;
 std::string significant3(double x) {
   if (x == 0.0) return "0";
   const int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(x))));
-  return fixed_decimals(x, std::clamp(2 - magnitude, 0, 12));
+  const int decimals = std::clamp(2 - magnitude, 0, 12);
+  // Rounding can carry into the next decade (9.9996 → "10.00", four figures): then one fewer.
+  const double rounded = std::fabs(std::round(x * std::pow(10.0, decimals))) * std::pow(10.0, -decimals);
+  const bool carried = rounded >= std::pow(10.0, magnitude + 1) && decimals > 0;
+  return fixed_decimals(x, carried ? decimals - 1 : decimals);
 }
 
 // Errors and tolerances span many decades: "3.10e-02".
@@ -56,8 +60,10 @@ std::string torch_label(const std::string& variant) {
 }
 
 // The PyTorch reports, indexed by (suite, device, experiment name): an experiment is compared only
-// with PyTorch measured on the same device. A name measured twice keeps the first report's. Numbers
-// of --quick shapes are never paired with full ones (where both sides say which they are).
+// with PyTorch measured on the same device. Numbers of --quick shapes are never paired with full
+// ones (where both sides say which they are); of the rest, a column takes the first report's, in
+// the order given. (Keeping only the first report of a name dropped every pairing when a quick
+// PyTorch report came before the full one.)
 class TorchIndex {
  public:
   explicit TorchIndex(const std::vector<json>& reports) {
@@ -67,8 +73,8 @@ class TorchIndex {
       const std::string suite = report.at("suite").get<std::string>();
       const std::string device = report_device_name(report.at("meta"));
       for (const json& experiment : report.at("experiments")) {
-        experiments_.emplace(key(suite, device, experiment.at("name").get<std::string>()),
-                             std::make_pair(&experiment, &report.at("meta")));
+        experiments_[key(suite, device, experiment.at("name").get<std::string>())].emplace_back(
+            &experiment, &report.at("meta"));
         for (const json& variant : experiment.at("variants")) {
           add_column(suite, variant.at("name").get<std::string>());
           if (const auto n = variant.find("note"); n != variant.end() && n->is_string() && !n->empty()) {
@@ -135,14 +141,16 @@ class TorchIndex {
       return a.contains("cuda_graph") && b.contains("cuda_graph") && a.at("cuda_graph") != b.at("cuda_graph");
     };
     const auto calls = [](const json& v) { return v.value("calls_per_sample", 1); };
-    const auto& [torch_experiment, torch_meta] = it->second;
     for (std::size_t c = 0; c < columns.size(); ++c)
-      for (const json& torch : torch_experiment->at("variants")) {
-        const std::optional<bool> their_quick = variant_quick(*torch_meta, torch);
-        if (my_quick && their_quick && *my_quick != *their_quick) continue;  // quick against full
-        if (torch.at("name") == columns[c])
-          out[c] = Ratio{torch.at("median_ms").get<double>() / mine,
-                         graph_differs(torch, variant) || calls(torch) != calls(variant)};
+      for (const auto& [torch_experiment, torch_meta] : it->second) {
+        if (out[c]) break;  // an earlier report's
+        for (const json& torch : torch_experiment->at("variants")) {
+          const std::optional<bool> their_quick = variant_quick(*torch_meta, torch);
+          if (my_quick && their_quick && *my_quick != *their_quick) continue;  // quick against full
+          if (torch.at("name") == columns[c])
+            out[c] = Ratio{torch.at("median_ms").get<double>() / mine,
+                           graph_differs(torch, variant) || calls(torch) != calls(variant)};
+        }
       }
     return out;
   }
@@ -160,8 +168,9 @@ class TorchIndex {
   }
 
   bool any_ = false;
-  std::map<std::string, std::pair<const json*, const json*>> experiments_;  // (experiment, its meta)
-  std::map<std::string, std::vector<std::string>> notes_;                   // by suite and device
+  // (experiment, its meta) for each report that measured the name, in the order given.
+  std::map<std::string, std::vector<std::pair<const json*, const json*>>> experiments_;
+  std::map<std::string, std::vector<std::string>> notes_;  // by suite and device
   std::map<std::string, std::vector<std::string>> extra_;
   std::vector<std::string> extra_order_;
 };

@@ -26,6 +26,13 @@ std::string percent(double x) {
 std::string times(double x) {
   return fixed_decimals(x, 2) + "×";
 }
+// A case's value beside its limit: as many decimals as it takes to tell them apart.
+std::string percent_against(double x, double limit) {
+  return fixed_decimals_apart(x, limit, 1) + " %";
+}
+std::string times_against(double x, double limit) {
+  return fixed_decimals_apart(x, limit, 2) + "×";
+}
 
 // The cases of one target as they are counted. `margin` says how far a case is from its limit on
 // the passing side (value / limit for "at least", limit / value for "at most"; below 1 is a miss),
@@ -185,9 +192,9 @@ void add_copy_cases(Tally& tally, const json& report, double limit, Select selec
         continue;
       }
       const double value = pct.get<double>();
-      tally.add(
-          value >= limit, value / limit,
-          case_name(experiment, name) + ": " + percent(value) + " of copy (limit " + percent(limit) + ")");
+      tally.add(value >= limit, value / limit,
+                case_name(experiment, name) + ": " + percent_against(value, limit) + " of copy (limit " +
+                    percent(limit) + ")");
     }
   }
 }
@@ -226,9 +233,9 @@ void add_faster_cases(Tally& tally, const json& report, Select select) {
       const std::string name = variant.at("name").get<std::string>();
       if (name == baseline || !report_component_of(variant).empty()) continue;  // a part is no result
       const double speedup = variant.at("speedup").get<double>();
-      tally.add(
-          speedup > 1.0, speedup,
-          case_name(experiment, name) + ": " + times(speedup) + " over `" + baseline + "` (needs > 1×)");
+      tally.add(speedup > 1.0, speedup,
+                case_name(experiment, name) + ": " + times_against(speedup, 1.0) + " over `" + baseline +
+                    "` (needs > 1×)");
     }
   }
 }
@@ -281,8 +288,8 @@ TargetResult trainer_adam_vs_per_tensor(const DeviceReports& reports) {
       }
       const double speedup = fused->at("speedup").get<double>();
       tally.add(speedup >= kTargetAdamSpeedup, speedup / kTargetAdamSpeedup,
-                case_name(experiment, "fused") + ": " + times(speedup) + " over `per_tensor` (limit " +
-                    times(kTargetAdamSpeedup) + ")");
+                case_name(experiment, "fused") + ": " + times_against(speedup, kTargetAdamSpeedup) +
+                    " over `per_tensor` (limit " + times(kTargetAdamSpeedup) + ")");
     }
   }
   return tally.finish();

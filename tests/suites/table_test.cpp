@@ -422,6 +422,28 @@ TEST(RenderTables, NeverPairsQuickWithFullNumbers) {
   EXPECT_TRUE(contains(md, "× | — | ")) << md;  // eager paired, compile not
 }
 
+TEST(RenderTables, AQuickPytorchReportBeforeAFullOneDoesNotHideIt) {
+  // The index kept only the first report of a name: quick then full paired nothing.
+  json mine = valid_report();
+  mine["meta"]["quick"] = false;
+  json quick = torch_report();
+  quick["meta"]["parts"] = json::array({{{"id", "p1"}, {"quick", true}}});
+  json full = torch_report();
+  full["meta"]["parts"] = json::array({{{"id", "p1"}, {"quick", false}}});
+  ASSERT_TRUE(validate_report(quick).empty());
+  const std::string paired = "| 91.8 | 5.00× | 2.00× | 8.10× |\n";  // the fused row, against full
+  EXPECT_TRUE(contains(render_tables({mine, full, quick}, TableFormat::markdown), paired));
+  const std::string quick_first = render_tables({mine, quick, full}, TableFormat::markdown);
+  EXPECT_TRUE(contains(quick_first, paired)) << quick_first;
+  // Two full reports: the first given wins.
+  json slower = full;
+  for (json& v : slower["experiments"][0]["variants"])
+    for (const char* key : {"median_ms", "p20_ms", "p80_ms"}) v[key] = v[key].get<double>() * 2;
+  EXPECT_TRUE(contains(render_tables({mine, full, slower}, TableFormat::markdown), paired));
+  const std::string slower_first = render_tables({mine, slower, full}, TableFormat::markdown);
+  EXPECT_TRUE(contains(slower_first, "| 91.8 | 10.00× | 4.00× | 16.19× |\n")) << slower_first;
+}
+
 TEST(RenderTables, ListsWhatWasNotRunAndAQuickRun) {
   json r = valid_report();
   r["not_run"] = json::array({{{"experiment", "softmax_fwd"}, {"reason", "not started: time budget"}}});
@@ -527,6 +549,19 @@ TEST(RenderTables, CsvGolden) {
       "softmax,no GPU,softmax_ref,,eager,3.00,3.00,3.00,0,,,1.00,\r\n";
   // clang-format on
   EXPECT_EQ(render_tables({gpu_report(), cpu_report()}, TableFormat::csv), expected);
+}
+
+TEST(RenderTables, ThreeSignificantFiguresAlsoWhereRoundingCarriesIntoTheNextDecade) {
+  // 9.9996 rounded to two decimals is "10.00", four figures; 99.996 to one is "100.0".
+  json r = cpu_report();
+  json& v = r["experiments"][0]["variants"][0];
+  v["p20_ms"] = 0.99996;
+  v["median_ms"] = 9.9996;
+  v["p80_ms"] = 99.996;
+  v["gbps"] = 1e6 / (9.9996e-3) * 1e-9;
+  ASSERT_TRUE(validate_report(r).empty()) << validate_report(r)[0];
+  const std::string csv = render_tables({r}, TableFormat::csv);
+  EXPECT_TRUE(contains(csv, ",eager,10.0,1.00,100,")) << csv;
 }
 
 TEST(RenderTables, CsvQuotesLineBreaks) {

@@ -223,6 +223,25 @@ TEST(Targets, AComponentVariantIsNeverACase) {
   EXPECT_EQ(target(e, "layers.faster").total, 3);
 }
 
+TEST(Targets, AMissNeverPrintsAsItsLimit) {
+  // 79.96 % rounds to "80.0 %" and 0.996× to "1.00×": a miss that read as exactly its limit.
+  Inputs in = all_met();
+  in.reports[0]["experiments"][0]["variants"][1] = variant("fused", 79.96, 1.5);
+  in.reports[1]["experiments"][0]["variants"][1] = variant("fused", 84.9999, 1.9996);
+  in.reports[2]["experiments"][1]["variants"][2] = variant("managed_keep", 9, 0.9996);
+  const TargetsEvaluation e = evaluate_targets(in.reports, in.names);
+  const auto miss = [&](const std::string& id, const std::string& text) {
+    const TargetResult& t = target(e, id);
+    EXPECT_EQ(t.verdict, TargetVerdict::missed) << id;
+    ASSERT_EQ(t.misses.size(), 1u) << id;
+    EXPECT_TRUE(contains(t.misses[0], text)) << id << ": " << t.misses[0];
+  };
+  miss("operators.copy_bw", "layernorm_fwd/bf16/big `fused`: 79.96 % of copy (limit 80.0 %)");
+  miss("trainer.adam_copy_bw", "adam/gpt2-small `fused`: 84.9999 % of copy (limit 85.0 %)");
+  miss("trainer.adam_vs_per_tensor", "adam/gpt2-small `fused`: 1.9996× over `per_tensor` (limit 2.00×)");
+  miss("layers.faster", "encoder_bwd/bf16/L=32 `managed_keep`: 0.9996× over `baseline` (needs > 1×)");
+}
+
 TEST(Targets, EveryMissIsListedWithItsValueAndTheLimit) {
   Inputs in = all_met();
   in.reports[0]["experiments"][0]["variants"][1] = variant("fused", 79.9, 1.5);
