@@ -60,6 +60,11 @@ DeviceProbe probe_device(int ordinal) {
   info.l2_bytes = prop.l2CacheSize;
   info.memory_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
   info.memory_bus_bits = prop.memoryBusWidth;
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ordinal) == cudaSuccess)
+    info.pci_bus_id = bus_id;
+  else
+    cudaGetLastError();  // best effort: no bus id only means no current clocks in the report
   // CUDA 13 dropped the clock fields from cudaDeviceProp; the attributes remain (in kHz).
   info.sm_clock_max_mhz = attribute(cudaDevAttrClockRate, ordinal) / 1000;
   info.memory_clock_max_mhz = attribute(cudaDevAttrMemoryClockRate, ordinal) / 1000;

@@ -19,6 +19,9 @@ struct DeviceInfo {
   int sm_clock_max_mhz = 0;      // cudaDevAttrClockRate: the peak SM clock
   int memory_clock_max_mhz = 0;  // cudaDevAttrMemoryClockRate
   int memory_bus_bits = 0;
+  // "0000:1a:00.0" (cudaDeviceGetPCIBusId): how nvidia-smi names this device. Its own indices are
+  // in PCI order and ignore CUDA_VISIBLE_DEVICES, so `ordinal` may be another GPU there.
+  std::string pci_bus_id;
   std::string driver;   // "13.0" from cudaDriverGetVersion
   std::string runtime;  // from cudaRuntimeGetVersion
   std::string cublas;   // "13.0.0" from cublasGetProperty

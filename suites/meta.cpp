@@ -21,12 +21,25 @@ std::string host_name() {
   return buffer.data();
 }
 
+// A PCI bus id as the runtime writes it ("0000:1a:00.0"): hex digits, ':' and '.', nothing a shell
+// would read otherwise.
+bool is_pci_bus_id(const std::string& id) {
+  if (id.empty()) return false;
+  for (const char c : id)
+    if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+  return true;
+}
+
 // Current clocks and clock-event (throttle) reasons, read through nvidia-smi where it exists.
-// Best effort: any failure leaves the fields null, which the schema allows.
-nlohmann::json current_clocks(int ordinal) {
+// Best effort: any failure leaves the fields null, which the schema allows. The device is named
+// by its PCI bus id: nvidia-smi's indices ignore CUDA_VISIBLE_DEVICES, so the CUDA ordinal read
+// another GPU's clocks on a node where they differ. `timeout`: a wedged driver must not hang the
+// report (tools/gpu.sh bounds its own nvidia-smi calls the same way).
+nlohmann::json current_clocks(const std::string& pci_bus_id) {
   nlohmann::json clocks = {{"sm_mhz", nullptr}, {"memory_mhz", nullptr}, {"clock_event_reasons", nullptr}};
+  if (!is_pci_bus_id(pci_bus_id)) return clocks;
   for (const char* field : {"clocks_event_reasons.active", "clocks_throttle_reasons.active"}) {
-    const std::string command = "nvidia-smi --id=" + std::to_string(ordinal) +
+    const std::string command = "timeout 10 nvidia-smi --id=" + pci_bus_id +
                                 " --query-gpu=clocks.sm,clocks.mem," + field +
                                 " --format=csv,noheader,nounits 2>/dev/null";
     std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
@@ -88,7 +101,7 @@ nlohmann::json build_json() {
 nlohmann::json device_json(const DeviceProbe& probe, std::optional<double> copy_gbps) {
   if (!probe.info) return nullptr;
   const DeviceInfo& d = *probe.info;
-  nlohmann::json clocks = current_clocks(d.ordinal);
+  nlohmann::json clocks = current_clocks(d.pci_bus_id);
   clocks["sm_max_mhz"] = d.sm_clock_max_mhz;
   clocks["memory_max_mhz"] = d.memory_clock_max_mhz;
   return {{"name", d.name},

@@ -146,6 +146,18 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return entry();
 }
 
+// The emulated device sits on no PCI bus: not supported, so that no report asks nvidia-smi about a
+// real GPU of this machine in its name (device_info.cpp treats the error as "no bus id").
+cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice, "simt: cudaDeviceGetPCIBusId: one device");
+  if (id != nullptr && len > 0) id[0] = '\0';
+  // As the runtime does, the last error is set; not through fail(), which would print on every
+  // probe of the device.
+  auto& s = state();
+  if (s.last == cudaSuccess) s.last = cudaErrorNotSupported;
+  return cudaErrorNotSupported;
+}
+
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (device != 0) return fail(cudaErrorInvalidDevice, "simt: cudaDeviceGetAttribute: one device");
   switch (attr) {
