@@ -47,8 +47,11 @@ PREDICATE = r"@!?U?P\w+\s+"  # an instruction's guard, "@P0 " or "@!UP1 "
 # guard and them: "@P2 BRA P1, 0x9c0", "BRA.U !UP0, 0x..."), group 3 the target. Unconditional
 # when it has neither.
 BRANCH = re.compile(rf"^({PREDICATE})?BRA(?:\.\w+)*\s+((?:!?U?P\w+\s*,\s*)*)0x([0-9a-f]+)")
-ACCESS = re.compile(r"^(LDG|STG|RED|ATOMG)\b")
-WIDTHS = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+# sm_90 writes global reductions REDG (and generic atomics ATOM.E): "RED\b" missed REDG.E.ADD.F32.
+ACCESS = re.compile(r"^(LDG|STG|REDG?|ATOMG?)\b")
+# Bytes an access moves a thread, by a part of its opcode; 4 otherwise (F16x2 and BF16x2 included).
+WIDTHS = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1, "F32x4": 16, "F16x8": 16, "BF16x8": 16,
+          "F32x2": 8, "F16x4": 8, "BF16x4": 8}
 DTYPE_BYTES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
 DTYPE_NAMES = {"float": "f32", "__half": "f16", "__nv_bfloat16": "bf16"}
 ACTIVATIONS = {"0": "relu", "1": "gelu_erf", "2": "gelu_tanh"}

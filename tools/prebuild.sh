@@ -30,7 +30,9 @@ export PATH="/usr/local/cuda/bin:$PATH"
 
 # The binary records HEAD and whether the tree differs from it (core/build_info.h), and every report
 # it writes carries both: a prebuilt binary is only worth carrying when those name the code exactly.
-if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+# Sources only, as the binary's own flag (cmake/WriteBuildInfo.cmake): reports unpacked from a
+# device call and not yet committed do not make the binary dirty.
+if [ -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)reports' 2>/dev/null)" ]; then
   echo "prebuild: the working tree has uncommitted changes; commit first, so that the binary's git" \
        "sha (which every report it writes carries) names the code it runs" >&2
   exit 1
@@ -43,6 +45,8 @@ rm -rf build/gpu
 sources_before=$(tools/source_hash.sh)
 tests_before=$(tools/source_hash.sh --with-tests)
 log=build/prebuild-out
+# A prebuild that stopped part-way left its test pack here, which gpu.sh would tar into logs.tar.
+rm -rf "$log"
 mkdir -p "$log"
 echo "prebuild: building seqbench and the gpu tests in build/gpu (tools/gpu.sh's build stage; this takes a while on few cores)"
 PREBUILT=0 STAGES=build TARGETS="seqbench seqbench_gpu_tests" OUT="$PWD/$log" GPU_LOGS="$PWD/$log" \

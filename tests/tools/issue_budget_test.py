@@ -112,6 +112,22 @@ class IssueBudget(ToolTest):
         self.assertEqual(cells[10], f"{mufu_ratio:.2f} (≤ {100 / mufu_ratio:.0f} % of copy)")
         self.assertEqual(cells[8], f"{ratio:.2f}")
 
+    def test_sm90_reductions_and_vector_atomics_are_global_accesses_of_their_width(self):
+        # sm_90 spells global reductions REDG and generic atomics ATOM.E; "RED\\b" missed REDG.
+        for op, width in (("REDG.E.ADD.F32.FTZ.RN.STRONG.GPU", 4), ("REDG.E.ADD.F32x4.FTZ.RN", 16),
+                          ("ATOM.E.ADD.BF16x2.RN", 4), ("ATOMG.E.ADD.F32x2", 8), ("RED.E.ADD.F32", 4),
+                          ("LDG.E.128", 16), ("STG.E.U16", 2)):
+            self.assertTrue(issue_budget.ACCESS.match(op), op)
+            self.assertEqual(issue_budget.access_width(op), width, op)
+        for op in ("ATOMS.ADD", "LDS.128", "REDUX.SUM"):
+            self.assertFalse(issue_budget.ACCESS.match(op), op)
+        # In place of the store: a vector add stays on the vector path; a scalar one is a narrow
+        # access, so the walk takes the branch around it (unseen, it was counted on the path).
+        for op, count in (("REDG.E.ADD.F32x4.FTZ.RN", VECTOR_PATH), ("REDG.E.ADD.F32.FTZ.RN", VECTOR_PATH - 1)):
+            text = listing().replace("STG.E.128 desc[UR4][R2.64], R8", f"{op} desc[UR4][R2.64], R8")
+            path = issue_budget.vector_path(issue_budget.parse_sass(text)[NAME], (0x100, 0x270))
+            self.assertEqual((path.count, path.narrow), (count, 0), op)
+
     def test_a_branch_with_a_predicate_operand_is_conditional(self):
         # ptxas writes some branches with a second condition as an operand: "@P6 BRA P1, 0x150" is
         # taken when P6 and P1 hold. Read as anything but a conditional branch, the walk would miss

@@ -75,6 +75,40 @@ class ResumeFilter(ToolTest):
         self.assertEqual(result.returncode, 4)
         self.assertIn("suite 'trainer', not 'operators'", result.stderr)
 
+    def test_a_report_of_another_build_is_not_resumable(self):
+        # The runner's merge rule: the same sha (not "unknown"), the same source hash where both have
+        # one, else neither dirty. Without it a complete report of an older build exited 3 and
+        # stood as this build's.
+        sha, other = "a" * 40, "b" * 40
+
+        def resume_with(meta, build, measured=NAMES):
+            r = report(measured)
+            r["meta"].update(meta)
+            p = self.write("plan.json", json.dumps(plan()))
+            rp = self.write("report.json", json.dumps(r))
+            b = self.write("build.json", json.dumps(build))
+            return self.run_tool(p, rp, "operators", "--build", b)
+
+        same = {"git_sha": sha, "git_dirty": False, "source_hash": "h1"}
+        self.assertEqual(resume_with(same, same).returncode, 3)
+        self.assertEqual(resume_with(same, same, NAMES[:2]).returncode, 0)
+        for meta, build, why in (
+                (same, dict(same, git_sha=other), f"it holds git sha {sha}, the build is {other}"),
+                (dict(same, git_sha="unknown"), same, "git sha unknown"),
+                (same, dict(same, source_hash="h2"), "built from other sources"),
+                (dict(same, source_hash=None, git_dirty=True), same, "a side is dirty"),
+                (same, dict(same, source_hash=None, git_dirty=True), "a side is dirty")):
+            result = resume_with(meta, build)
+            self.assertEqual(result.returncode, 4, (meta, build, result.stderr))
+            self.assertIn(why, result.stderr)
+        # Clean on both sides, one without a hash: the sha names the sources.
+        self.assertEqual(resume_with(dict(same, source_hash=None), same).returncode, 3)
+        # Build info that is not an object is bad input.
+        p = self.write("plan.json", json.dumps(plan()))
+        rp = self.write("report.json", json.dumps(report(NAMES)))
+        self.assertEqual(self.run_tool(p, rp, "operators", "--build", self.write("b.json", "[1]")).returncode, 2)
+        self.assertEqual(self.run_tool(p, rp, "operators", "--build", self.write("b.json", "")).returncode, 2)
+
     def test_bad_input_exits_2(self):
         result = self.resume(plan(), report([]), suite="layers")
         self.assertEqual(result.returncode, 2)
