@@ -13,12 +13,13 @@ using namespace dropout_detail;
 namespace {
 
 // The activations in float (kernels/gelu.h: the GELUs in straight-line FFMA chains and MUFU
-// operations, well inside the operator checks' bounds). ReLU's derivative at 0 is 0
-// (PyTorch's threshold_backward, and the reference).
+// operations, well inside the operator checks' bounds). ReLU as PyTorch's: NaN stays NaN
+// (clamp_min), and the derivative is 0 where z <= 0, so 0 at 0 and 1 at NaN (threshold_backward
+// passes the gradient on); `z > 0 ? z : 0` turned a NaN pre-activation into 0, hiding it.
 template <Activation A>
 __device__ __forceinline__ float activate(float z) {
   if constexpr (A == Activation::relu) {
-    return z > 0.0f ? z : 0.0f;
+    return z <= 0.0f ? 0.0f : z;
   } else if constexpr (A == Activation::gelu_erf) {
     return gelu_erf(z);
   } else {
@@ -29,7 +30,7 @@ __device__ __forceinline__ float activate(float z) {
 template <Activation A>
 __device__ __forceinline__ float activate_grad(float z) {
   if constexpr (A == Activation::relu) {
-    return z > 0.0f ? 1.0f : 0.0f;
+    return z <= 0.0f ? 0.0f : 1.0f;
   } else if constexpr (A == Activation::gelu_erf) {
     return gelu_erf_grad(z);
   } else {

@@ -39,7 +39,7 @@
 namespace seqbench::kernels {
 
 enum class Activation {
-  relu,       // max(z, 0); derivative 1 for z > 0, 0 for z <= 0
+  relu,       // max(z, 0), NaN kept; derivative 0 for z <= 0, else 1 (NaN too), as PyTorch
   gelu_erf,   // 0.5 z (1 + erf(z/√2))
   gelu_tanh,  // 0.5 z (1 + tanh(√(2/π) (z + 0.044715 z³)))
 };

@@ -8,7 +8,7 @@
 namespace seqbench::ref {
 
 enum class Activation {
-  relu,       // max(z, 0); derivative 1 for z > 0 and 0 for z <= 0 (PyTorch threshold_backward)
+  relu,       // max(z, 0), NaN kept; derivative 0 for z <= 0, else 1 (NaN too): PyTorch relu, threshold_backward
   gelu_erf,   // z · Φ(z) = 0.5 z (1 + erf(z/√2)) (Hendrycks & Gimpel 2016; nn.GELU())
   gelu_tanh,  // 0.5 z (1 + tanh(√(2/π) (z + 0.044715 z³))) (same paper; nn.GELU("tanh"), BERT, GPT-2)
 };

@@ -78,7 +78,11 @@ CrossEntropyForward cross_entropy_forward(const Matrix& logits, const TargetVect
     // the limit of p log q, not 0 · inf = NaN.
     out.nll[r] = nll;
     const double smooth_term = p.other_weight == 0.0 ? 0.0 : p.other_weight * smooth;
-    out.loss[r] = (p.target_weight - p.other_weight) * nll + smooth_term;
+    // Likewise with equal weights (a uniform target: paper α = 1, fairseq ε = (V-1)/V) and a -inf
+    // target logit: the loss is the smooth term's +inf, not 0 · inf + inf = NaN.
+    const double target_coefficient = p.target_weight - p.other_weight;
+    const double nll_term = target_coefficient == 0.0 ? 0.0 : target_coefficient * nll;
+    out.loss[r] = nll_term + smooth_term;
   }
   out.loss_sum = out.loss.sum();
   out.nll_sum = out.nll.sum();
@@ -92,7 +96,9 @@ Matrix cross_entropy_backward(const Matrix& logits, const TargetVector& targets,
                                                           << grad_loss.size() << " entries for "
                                                           << logits.rows() << " rows");
   const SmoothedTarget p = smoothed_target(config, logits.cols());
-  const Matrix q = log_softmax(logits).array().exp();
+  // std::exp, not Eigen's vectorized .exp(), which clamps and gives ~5.6e-309 for -inf (and any
+  // log-probability below about -708) where q is 0 (reference/softmax.cpp says the same).
+  const Matrix q = log_softmax(logits).unaryExpr([](double t) { return std::exp(t); });
   Matrix dlogits = Matrix::Zero(logits.rows(), logits.cols());
   for (Index r = 0; r < logits.rows(); ++r) {
     if (ignored(config, targets[r])) continue;

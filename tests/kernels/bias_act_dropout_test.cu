@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -126,6 +128,8 @@ TEST(BiasActDropoutGpu, BackwardUsesExactlyTheForwardsMask) {
 
 // ReLU'(0) = 0 (PyTorch threshold_backward and the reference): where x = -bias exactly, dx = 0;
 // elsewhere, with p = 0, dx is dy (z > 0) or 0 (z < 0), exactly.
+// And NaN as PyTorch: relu(NaN) is NaN, and the gradient passes through it (threshold_backward's
+// z <= 0 is false); `z > 0 ? z : 0` turned a NaN pre-activation into 0, hiding it.
 TEST(BiasActDropoutGpu, ReluDerivativeAtZeroIsZero) {
   SEQBENCH_REQUIRE_GPU();
   const std::int64_t rows = 16, cols = 37;
@@ -135,12 +139,18 @@ TEST(BiasActDropoutGpu, ReluDerivativeAtZeroIsZero) {
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < cols; c += 2)
       x[static_cast<std::size_t>(r * cols + c)] = -bias[static_cast<std::size_t>(c)];
+    x[static_cast<std::size_t>(r * cols + (r * 3 + 1) % cols)] = std::numeric_limits<float>::quiet_NaN();
   }
   Problem<float> prob(rows, cols, 0, x, bias, random_values<float>(n, 7, 0.5f, 1.5f));
   prob.run(Activation::relu, {0.0f, 1, 2});
   const auto y = prob.y.copy_to_host(), dx = prob.dx.copy_to_host();
   for (std::size_t i = 0; i < n; ++i) {
     const float z = x[i] + bias[i % static_cast<std::size_t>(cols)];
+    if (std::isnan(z)) {
+      EXPECT_TRUE(std::isnan(y[i])) << "element " << i << ": relu(NaN) must stay NaN";
+      EXPECT_EQ(dx[i], prob.dy[i]) << "element " << i << ": the gradient passes through NaN";
+      continue;
+    }
     EXPECT_EQ(y[i], z > 0.0f ? z : 0.0f) << "element " << i;
     EXPECT_EQ(dx[i], z > 0.0f ? prob.dy[i] : 0.0f) << "element " << i << " z=" << z;
   }

@@ -116,6 +116,11 @@ TEST(ReferenceSoftmax, ValidatesMaskAndShape) {
 TEST(ReferenceActivation, ReluDerivativeAtZeroIsZero) {
   EXPECT_EQ(activation_derivative(0.0, Activation::relu), 0.0);
   EXPECT_EQ(activation_derivative(1e-300, Activation::relu), 1.0);
+  // NaN as PyTorch: relu(NaN) is NaN (clamp_min), and threshold_backward passes the gradient on.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(activate(nan, Activation::relu)));
+  EXPECT_EQ(activation_derivative(nan, Activation::relu), 1.0);
+  EXPECT_EQ(activate(-0.0, Activation::relu), 0.0);
   EXPECT_NEAR(activation_derivative(0.0, Activation::gelu_erf), 0.5, 1e-16);
   EXPECT_NEAR(activation_derivative(0.0, Activation::gelu_tanh), 0.5, 1e-16);
 }
@@ -154,6 +159,30 @@ TEST(ReferenceCrossEntropy, MaskedLogitsHaveProbabilityZero) {
     EXPECT_TRUE(d.allFinite()) << d;
     EXPECT_NEAR(d.sum(), 0.0, 1e-15);
   }
+}
+
+TEST(ReferenceActivation, GeluErfKeepsItsRelativeAccuracyInTheNegativeTail) {
+  // z Φ(z) with Φ(z) = erfc(-z/√2)/2: through 1 + erf(z/√2) the value at -8 was 1.8 % off, and 0
+  // below about -8.3. Φ(-8) = 6.22096057427178e-16 (erfc(8/√2)/2, 15 digits).
+  EXPECT_NEAR(activate(-8.0, Activation::gelu_erf) / (-8.0 * 6.22096057427178e-16), 1.0, 1e-12);
+  EXPECT_LT(activate(-10.0, Activation::gelu_erf), 0.0);
+  // The derivative Φ(z) + z φ(z) in the tail: φ(-8) = 5.05227108353689e-15.
+  EXPECT_NEAR(
+      activation_derivative(-8.0, Activation::gelu_erf) / (6.22096057427178e-16 - 8.0 * 5.05227108353689e-15),
+      1.0, 1e-10);
+}
+
+// A uniform target (fairseq eps = (V-1)/V gives every entry weight 1/V) and a -inf target logit: the
+// loss is +inf, not 0 · inf + inf = NaN; and the backward's q is exactly 0 at a -inf logit.
+TEST(ReferenceCrossEntropy, UniformTargetAndMinusInfLogits) {
+  Matrix logits = iota(1, 4);
+  logits(0, 2) = -std::numeric_limits<double>::infinity();
+  const CrossEntropyConfig uniform{3.0 / 4.0, SmoothingConvention::fairseq, {}};
+  EXPECT_EQ(cross_entropy_forward(logits, TargetVector{{2}}, uniform).loss[0],
+            std::numeric_limits<double>::infinity());
+  const Matrix d =
+      cross_entropy_backward(logits, TargetVector{{1}}, {0.0, SmoothingConvention::fairseq, {}}, 1.0);
+  EXPECT_EQ(d(0, 2), 0.0) << d;  // was 5.6e-309 through Eigen's clamped exp
 }
 
 TEST(ReferenceCrossEntropy, ValidatesTargetsAndVocabulary) {
