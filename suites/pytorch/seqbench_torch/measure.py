@@ -180,7 +180,7 @@ def run_suites(torch, timer, copy_gbps, meta, suites, plans, args, out_dir, log,
         planned, unmapped = plans[s.name]
         path = report_path(out_dir, s.name)
         touched = planned or unmapped or (args.parity and parity.selected(args.parity, s.name, regex))
-        existing = merge.load_existing(path, s.name, meta, validate, log) if touched else None
+        existing = merge.load_existing(path, s.name, meta, validate, log, args.quick) if touched else None
         runs.append(SuiteRun(s.name, meta, path, existing, part, planned, unmapped))
 
     stop = _Stop()

@@ -87,17 +87,30 @@ def check_compatible(path, doc, suite, meta):
                           "compared (move the old file away to start a new one)")
 
 
-def aside_path(path, stamp):
-    candidate, n = f"{path}.unreadable-{stamp}", 1
+def aside_path(path, stamp, kind="unreadable"):
+    candidate, n = f"{path}.{kind}-{stamp}", 1
     while os.path.exists(candidate):
         n += 1
-        candidate = f"{path}.unreadable-{stamp}.{n}"
+        candidate = f"{path}.{kind}-{stamp}.{n}"
     return candidate
 
 
-def load_existing(path, suite, meta, validate, log):
-    """The report already at `path` to merge into, or None: absent, or unreadable and moved aside.
-    `validate(path)` is None for a valid report, else the problem (seqbench's validator's line)."""
+def other_quick_setting(doc, quick):
+    """The --quick setting ("quick" or "full") of a part of `doc` that differs from `quick`, or None.
+    Parts that do not say (older reports) decide nothing."""
+    for p in parts_of(doc):
+        theirs = p.get("quick") if isinstance(p, dict) else None
+        if isinstance(theirs, bool) and theirs != bool(quick):
+            return "quick" if theirs else "full"
+    return None
+
+
+def load_existing(path, suite, meta, validate, log, quick=None):
+    """The report already at `path` to merge into, or None: absent, or unreadable, or of the other
+    --quick setting than `quick` (when given), and moved aside (`.unreadable-`, `.quick-`/`.full-`
+    as seqbench run does). `validate(path)` is None for a valid report, else the problem (seqbench's
+    validator's line). A quick part merged into a full report replaced full-shape variants of the
+    names both lists share, and its speedups mixed the two policies."""
     if not os.path.lexists(path):
         return None
     problem = validate(path)
@@ -120,6 +133,15 @@ def load_existing(path, suite, meta, validate, log):
         log(f"  {path} is not a readable report ({problem}); moved aside to {aside}")
         return None
     check_compatible(path, doc, suite, meta)
+    setting = other_quick_setting(doc, quick) if quick is not None else None
+    if setting is not None:
+        aside = aside_path(path, meta["timestamp"].replace("-", "").replace(":", ""), setting)
+        try:
+            os.replace(path, aside)
+        except OSError as e:
+            raise RunnerError(f"'{path}' holds a {setting} run and cannot be moved aside: {e.strerror}") from None
+        log(f"  {path} holds a {setting} run, this one is {'quick' if quick else 'full'}; moved aside to {aside}")
+        return None
     return doc
 
 
@@ -175,14 +197,18 @@ def key(u):
     return u.get("experiment"), u.get("variant")
 
 
-def merge_unmapped(old, new, experiments, new_checks):
-    """`experiments` are the merged ones; `new_checks` this part's."""
+def merge_unmapped(old, new, experiments, new_checks, new_experiments=()):
+    """`experiments` are the merged ones; `new_checks` and `new_experiments` this part's. An old entry
+    goes when this part says something of the same variant: an entry of its own, or a measurement
+    (an old failure beside this part's number would no longer hold)."""
     measured = {(e["name"], v["name"]) for e in experiments for v in e["variants"]}
+    measured_now = {(e["name"], v["name"]) for e in new_experiments for v in e["variants"]}
     new_keys = {key(u) for u in new}
     checked = {c["experiment"] for c in new_checks if "experiment" in c}
     kept = []
     for u in old:
-        superseded = (key(u) in new_keys or (key(u) in measured and u.get("reason", "").startswith(ABSENT))
+        superseded = (key(u) in new_keys or key(u) in measured_now
+                      or (key(u) in measured and u.get("reason", "").startswith(ABSENT))
                       or (u.get("variant") == "parity" and u.get("experiment") in checked))
         if not superseded:
             kept.append(u)
@@ -212,10 +238,11 @@ def merged(old, new, part):
         for e in old["experiments"]:
             tagged(e["variants"], old_parts[0]["id"], only_untagged=True)
         tagged(old["checks"], old_parts[0]["id"], only_untagged=True)
-    new_checks = doc["checks"]
-    doc["experiments"] = merge_experiments(old["experiments"], doc["experiments"])
+    new_checks, new_experiments = doc["checks"], doc["experiments"]
+    doc["experiments"] = merge_experiments(old["experiments"], new_experiments)
     doc["checks"] = merge_checks(old["checks"], new_checks)
-    doc["unmapped"] = merge_unmapped(old.get("unmapped", []), doc["unmapped"], doc["experiments"], new_checks)
+    doc["unmapped"] = merge_unmapped(old.get("unmapped", []), doc["unmapped"], doc["experiments"], new_checks,
+                                     new_experiments)
     used = {v.get("part") for e in doc["experiments"] for v in e["variants"]} | {c.get("part") for c in doc["checks"]}
     parts = [p for p in old_parts if p["id"] in used] + [part]
     doc["meta"]["parts"] = parts

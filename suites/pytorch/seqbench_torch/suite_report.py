@@ -6,6 +6,10 @@ from . import merge
 from .report import new_report, write_json_atomic
 
 
+# What a rewrite says of an experiment still to come (a reason merge.ABSENT covers).
+PENDING_REASON = "not run: the run ended before it"
+
+
 class SuiteRun:
     """`planned` is [(experiment, plan, variants)] as cli.plan_suite makes it; `unmapped` the
     experiments without a torch equivalent; `existing` the report found at `path` (or None)."""
@@ -49,6 +53,13 @@ class SuiteRun:
         return not (r["experiments"] or r["unmapped"] or r["checks"])
 
     def write(self):
-        """The merged report, written atomically; the path."""
-        write_json_atomic(self.path, merge.merged(self.existing, self.report, self.part))
+        """The merged report, written atomically; the path. The experiments not yet recorded are in
+        it as "not run: the run ended before it" (as seqbench run writes them), so that a run killed
+        past its handlers (SIGKILL, the lease's hard limit) still names what it did not reach; the
+        next write replaces them, and a merge drops them where a measurement exists."""
+        doc = dict(self.report)
+        doc["unmapped"] = self.report["unmapped"] + [
+            {"experiment": name, "variant": v, "reason": PENDING_REASON} for name, variants in self.pending
+            for v in variants]
+        write_json_atomic(self.path, merge.merged(self.existing, doc, self.part))
         return self.path

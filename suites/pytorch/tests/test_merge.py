@@ -108,6 +108,19 @@ class Merged(support.ScratchTest):
         self.assertIn(failure, doc["unmapped"])
         self.assertNotIn(absent, doc["unmapped"])  # it was measured before: an absence says nothing
 
+    def test_a_measurement_supersedes_an_old_failure_of_that_variant(self):
+        old = self.first()
+        failure = {"experiment": NAME_A, "variant": "torch_compile", "reason": "failed: RuntimeError: x"}
+        old["unmapped"].append(failure)
+        doc, p = part(part_meta("2026-11-22T10:09:00Z"), [entry(NAME_A, [("torch_compile", 0.5)])])
+        doc = merge.merged(old, doc, p)
+        self.assertNotIn(failure, doc["unmapped"])
+        # Another variant's failure stays.
+        other = dict(failure, variant="torch_fused")
+        old["unmapped"].append(other)
+        doc, p = part(part_meta("2026-11-22T10:19:00Z"), [entry(NAME_A, [("torch_compile", 0.5)])])
+        self.assertIn(other, merge.merged(old, doc, p)["unmapped"])
+
     def test_parts_in_the_same_second_get_distinct_ids(self):
         old = self.first()
         doc, p = part(part_meta("2026-11-22T10:00:00Z"), [entry(NAME_B, [("torch_eager", 4.0)])])
@@ -183,6 +196,21 @@ class LoadExisting(support.ScratchTest):
         with self.assertRaisesRegex(RunnerError, "a part is dirty .* it records no source hash"):
             self.load(part_meta("2026-11-22T10:09:00Z", dirty=True, source_hash=a))
         self.assertTrue(os.path.isfile(self.file))  # refused, not touched
+
+    def test_a_report_of_the_other_quick_setting_is_moved_aside(self):
+        # A quick part merged into a full report replaced full-shape variants of the shared names.
+        self.write_first(part_meta("2026-11-22T10:00:00Z"))  # part() writes quick parts
+        with open(self.file, encoding="utf-8") as f:
+            before = f.read()
+        self.assertIsNotNone(merge.load_existing(self.file, "operators", part_meta("2026-11-22T10:09:00Z"),
+                                                 self.validate, self.lines.append, True))
+        self.assertIsNone(merge.load_existing(self.file, "operators", part_meta("2026-11-22T10:09:00Z"),
+                                              self.validate, self.lines.append, False))
+        self.assertFalse(os.path.exists(self.file))
+        aside = self.path("pytorch-operators.json.quick-20261122T100900Z")
+        with open(aside, encoding="utf-8") as f:
+            self.assertEqual(f.read(), before)
+        self.assertIn("holds a quick run, this one is full; moved aside to", self.lines[-1])
 
     def test_a_seqbench_report_is_refused(self):
         m = part_meta("2026-11-22T10:00:00Z")

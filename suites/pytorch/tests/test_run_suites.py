@@ -128,6 +128,20 @@ class RunSuites(support.ScratchTest):
         self.assertEqual(seen, {E1: None, E2: [E1], E3: [E1, E2]})
         self.assertEqual([e["name"] for e in self.report()["experiments"]], [E1, E2, E3])
         self.assertEqual(self.lines[-1], "seqbench-pytorch: done")
+        self.assertEqual(self.report()["unmapped"], [])  # the rewrites' pending entries are gone
+
+    def test_each_rewrite_names_what_is_still_to_come(self):
+        # A run killed past its handlers (SIGKILL) must not leave its unreached experiments unnamed.
+        pending = {}
+
+        def hook(name, variant):
+            path = os.path.join(self.out, "pytorch-operators.json")
+            if variant == EAGER and os.path.exists(path):
+                pending[name] = sorted({u["experiment"] for u in self.report()["unmapped"]
+                                        if u["reason"] == "not run: the run ended before it"})
+
+        self.assertEqual(self.run_suites([suite_of("operators", E1, E2, E3)], hook=hook), 0)
+        self.assertEqual(pending, {E2: [E2, E3], E3: [E3]})
 
     def test_a_progress_line_with_the_elapsed_seconds_comes_before_each_variant(self):
         self.run_suites([suite_of("operators", E1, E2)])
