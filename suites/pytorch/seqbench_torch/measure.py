@@ -161,6 +161,7 @@ class _Stop:
         self.error = None
         self.budget_said = False
         self.not_started = 0  # experiments and parity checks the time budget left out
+        self.parity_checks = 0  # the parity checks made, passed or failed
 
 
 def run_suites(torch, timer, copy_gbps, meta, suites, plans, args, out_dir, log, budget=None, validate=None):
@@ -222,6 +223,7 @@ def run_suites(torch, timer, copy_gbps, meta, suites, plans, args, out_dir, log,
                 cuda_gone(f"{run.suite} parity", broken)
 
         checks = parity.parity_checks(torch, args.parity, run.suite, regex, may_start, on_error)
+        stop.parity_checks += len(checks)
         run.add_checks(checks)
         bad = [c for c in checks if not c["passed"]]
         log(f"  parity: {len(checks) - len(bad)} passed, {len(bad)} failed"
@@ -279,6 +281,12 @@ def run_suites(torch, timer, copy_gbps, meta, suites, plans, args, out_dir, log,
                 written.append(run.write())
         raise RunnerError(f"{what} during {where}; " + (f"wrote {', '.join(written)} with what was measured "
                           "and the rest listed as not run" if written else "nothing to write")) from None
+    if args.parity and stop.parity_checks == 0 and not stop.not_started and not stop.reason:
+        # A dump folder without this filter's manifests (a seqbench dump that timed out) checked
+        # nothing: that is no pass (check_dump.py says the same with exit 1).
+        log(f"seqbench-pytorch: --parity {args.parity}: no dumped experiment of the selected suites was found, "
+            "so nothing was checked")
+        failed += 1
     if stop.not_started:
         log(f"seqbench-pytorch: {stop.not_started} experiment(s) or parity check(s) not started (time budget); "
             "run them with --filter (gpu.sh: TORCH_FILTER)")

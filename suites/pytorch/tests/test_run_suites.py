@@ -255,6 +255,12 @@ class RunSuites(support.ScratchTest):
         self.assertTrue(checks[1]["detail"].startswith("error: RunnerError: "), checks[1]["detail"])
         self.assertIn("JSONDecodeError", checks[1]["detail"])
 
+    def test_parity_that_finds_nothing_to_check_fails(self):
+        # A dump folder without this suite's manifests (a dump that timed out) made no check: exit 1.
+        dump = self.dump((E1, "seqbench.dump/1"))
+        self.assertEqual(self.run_suites([suite_of("operators", E2)], parity=dump, filter_text="elements=2"), 1)
+        self.assertIn("no dumped experiment of the selected suites was found", self.lines[-2])
+
     def test_parity_that_the_budget_leaves_out_is_listed(self):
         dump = self.dump((E1, "seqbench.dump/1"))
         self.assertEqual(self.run_suites([suite_of("operators", E1)], seconds=30, parity=dump), EXIT_INCOMPLETE)
