@@ -185,6 +185,10 @@ class Families(unittest.TestCase):
                 plan_for(experiment("trainer", name, incomplete, {"tensor_elements": [4, 8]}))
         for params, name in ((adam, "adam/x"), (sgd, "sgd/x")):
             plan_for(experiment("trainer", name, params, {"tensor_elements": [4, 8]}))
+            plan_for(experiment("trainer", name, dict(params, max_grad_norm=0.0), {"tensor_elements": [4, 8]}))
+            # Clipping is not mapped: timed without it, torch would do less work than seqbench.
+            with self.assertRaisesRegex(Unmapped, "params.max_grad_norm 1.0: gradient clipping has no PyTorch"):
+                plan_for(experiment("trainer", name, dict(params, max_grad_norm=1.0), {"tensor_elements": [4, 8]}))
 
     def test_cross_entropy_conventions_map_to_torch_label_smoothing(self):
         from seqbench_torch.families.cross_entropy import torch_label_smoothing

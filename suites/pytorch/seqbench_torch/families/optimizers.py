@@ -42,6 +42,12 @@ def plan(experiment):
     # Every hyperparameter comes from the experiment (seqbench records them all): no default here
     # may silently step another rule.
     (weight_decay,) = need(p, "weight_decay")
+    # Clipping is not mapped (no clip_grad_norm_ in the steps below): an experiment that clips
+    # would be timed against a torch step that does not, so it is refused rather than mis-timed.
+    # (A listing without the key predates it, and did not clip.)
+    max_grad_norm = p.get("max_grad_norm", 0.0)
+    if not isinstance(max_grad_norm, (int, float)) or max_grad_norm != 0:
+        raise Unmapped(f"params.max_grad_norm {max_grad_norm!r}: gradient clipping has no PyTorch mapping here")
     if optimizer in ("adam", "adamw"):
         betas, eps = need(p, "betas", "eps")
         options = {"betas": tuple(float(b) for b in betas), "eps": float(eps), "weight_decay": float(weight_decay)}
