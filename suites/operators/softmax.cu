@@ -422,6 +422,16 @@ void add_softmax_experiments(SuiteSpec& suite, const SuiteOptions& options) {
       }
     }
   }
+  // Rows longer than one block holds (the multipass path: k_len > 16384, kernels/softmax.h), at the
+  // lengths of shared/ANCHORS.md's long-row comparisons (QuACK's fp32 N = 262k at 3.01 TB/s on an
+  // H100; Liger's drop past 32k), one head of rows, q_len capped at kMaxElements as above. Full
+  // tier only: the quick shapes are for smoke runs.
+  const std::vector<std::int64_t> long_lens = shapes<std::int64_t>(options, {}, {}, {32768, 262144});
+  for (const bool backward : {false, true})
+    for (const DType dtype : dtypes)
+      for (const std::int64_t len : long_lens)
+        suite.experiments.push_back(dispatch_dtype(
+            dtype, [&](auto tag) { return softmax_experiment<decltype(tag)>(backward, 1, 1, len); }));
 }
 
 std::vector<CheckResult> softmax_gpu_checks(std::uint64_t seed) {
