@@ -59,6 +59,10 @@ Matrix attention_softmax_forward(const Matrix& scores, const AttentionShape& sha
     // denormal (~5e-309) for -inf, where IEEE exp(-inf) is exactly 0.
     const Eigen::RowVectorXd e = (z.array() - row_max).unaryExpr([](double t) { return std::exp(t); });
     y.row(r) = e / e.sum();
+    // Masked keys are 0 even when a NaN among the valid scores makes the sum NaN (0 / NaN would be
+    // NaN there): the kernels never read masked keys and write zeros (kernels/softmax.h).
+    for (Index j = 0; j < shape.k_len; ++j)
+      if (mask.masked(b, i, j, shape.k_len)) y(r, j) = 0.0;
   }
   return y;
 }

@@ -87,6 +87,14 @@ TEST(ReferenceSoftmax, MaskedKeysGetExactlyZeroEvenForHugeScores) {
   EXPECT_EQ(y(0, 1), 0.0);
   EXPECT_EQ(y(0, 3), 0.0);
   EXPECT_EQ(y(0, 0), 1.0);
+  // A NaN among the valid scores makes the valid keys NaN and leaves the masked ones 0, as the
+  // kernels write them (kernels/softmax.h); 0 / NaN had made them NaN too.
+  x(0, 2) = std::numeric_limits<double>::quiet_NaN();
+  const Matrix with_nan = attention_softmax_forward(x, shape, 1.0, mask);
+  EXPECT_TRUE(std::isnan(with_nan(0, 0)));
+  EXPECT_TRUE(std::isnan(with_nan(0, 2)));
+  EXPECT_EQ(with_nan(0, 1), 0.0);
+  EXPECT_EQ(with_nan(0, 3), 0.0);
 }
 
 TEST(ReferenceSoftmax, CausalOffsetForIncrementalDecoding) {
