@@ -107,9 +107,16 @@ class LayerBound:
 
 
 def normwise_check(err, scale, dtype, bound):
-    """(passed, err / max|torch| (or err when that is 0), tol) of LayerBound's rule."""
+    """(passed, ratio, tolerance) of LayerBound's rule err <= tol·scale + η_T: the ratio is
+    err / max|torch| (err when that is 0) and the tolerance the bound in the same units, tol + η_T
+    / scale (η_T when scale is 0), so that the report's passed reads as ratio <= tolerance. (tol
+    alone, without η_T / scale, sat below a passing ratio where max|torch| is tiny.)"""
     tol = bound.tolerance(dtype)
-    return err <= tol * scale + UNDERFLOW[dtype], (err / scale if scale > 0 else err), tol
+    eta = UNDERFLOW[dtype]
+    passed = err <= tol * scale + eta
+    if scale > 0:
+        return passed, err / scale, tol + eta / scale
+    return passed, err, eta
 
 
 def transformer_bound(kind, backward, batch, seq_len, src_len, hidden, ffn):

@@ -170,12 +170,19 @@ class Bound(unittest.TestCase):
     def test_normwise_rule(self):
         b = parity_layers.LayerBound(16, 4096)
         tol = b.tolerance("f16")
-        self.assertEqual(parity_layers.normwise_check(tol * 3.0, 3.0, "f16", b), (True, tol, tol))
+        eta = parity_layers.UNDERFLOW["f16"]
+        self.assertEqual(parity_layers.normwise_check(tol * 3.0, 3.0, "f16", b), (True, tol, tol + eta / 3.0))
         self.assertFalse(parity_layers.normwise_check(tol * 3.0 * 1.01, 3.0, "f16", b)[0])
         self.assertFalse(parity_layers.normwise_check(float("nan"), 3.0, "f16", b)[0])
         # An all-zero output is held to η_T alone.
-        self.assertTrue(parity_layers.normwise_check(2.0 ** -26, 0.0, "f16", b)[0])
+        self.assertEqual(parity_layers.normwise_check(2.0 ** -26, 0.0, "f16", b), (True, 2.0 ** -26, eta))
         self.assertFalse(parity_layers.normwise_check(2.0 ** -24, 0.0, "f16", b)[0])
+        # The reported pair reads as the verdict, also where max|torch| is tiny and η_T dominates
+        # (the ratio was shown above a tolerance of tol alone on a passing check).
+        for err, scale in ((2.0 ** -26, 2.0 ** -20), (2.0 ** -25, 2.0 ** -30), (tol * 3.0, 3.0),
+                           (tol * 3.1, 3.0), (1e-9, 1e-6)):
+            passed, ratio, reported = parity_layers.normwise_check(err, scale, "f16", b)
+            self.assertEqual(passed, ratio <= reported, (err, scale, ratio, reported))
 
     def test_criterion_totals_and_counts(self):
         self.assertEqual(parity_layers.criterion_totals_roundings(32000, 1024), 32000 + 16 + 1024)
